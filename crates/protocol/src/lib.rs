@@ -1,0 +1,20 @@
+//! The Kafka wire format as Strom speaks it, with no I/O.
+//!
+//! - [`frame`]: length-prefixed framing and request-header peeking.
+//! - [`batch`]: a zero-copy view of RecordBatch v2 headers (the only part of a batch the broker
+//!   reads on the hot path), CRC32C validation and in-place offset/epoch patching.
+//! - [`apis`]: which API keys and version ranges Strom implements and advertises.
+//! - [`ErrorCode`]: Kafka's numeric error codes.
+//! - [`records`]: encoding and decoding individual records, for clients and tools only (never on
+//!   the broker's hot path).
+//!
+//! Message structs come from the `kafka-protocol` crate, which is generated from Kafka's JSON
+//! message specs; it is re-exported as [`kafka`].
+
+pub mod apis;
+pub mod batch;
+pub mod frame;
+
+pub use kafka_protocol as kafka;
+pub use kafka_protocol::error::ResponseError as ErrorCode;
+pub use kafka_protocol::records;
