@@ -1,1 +1,27 @@
-//! Placeholder: being written.
+//! The cluster metadata: the records that describe the cluster, the log they are kept in, the
+//! image replayed from them, and the controller that turns admin requests into records.
+//!
+//! As in KRaft, request handlers never change state directly: [`QuorumController`] validates a
+//! request against the current [`MetadataImage`] and returns [`MetadataRecord`]s; the records are
+//! appended to the [`MetadataLog`] and only [`MetadataImage::replay`] applies them. Start-up
+//! replays the same log through the same function. Today the log is a local file on a single
+//! node; the Raft quorum replaces [`MetadataLog`] without touching the records or the replay.
+//!
+//! - [`record`]: the metadata records.
+//! - [`image`]: the replayed state, published to the broker as an immutable snapshot.
+//! - [`log`]: the durable, checksummed record log.
+//! - [`topic_config`]: the topic-level configs, their defaults, types and validation.
+//! - [`names`]: Kafka's topic-name rules.
+//! - [`controller`]: request handling (create/delete topics, partitions, configs).
+
+pub mod controller;
+pub mod image;
+pub mod log;
+pub mod names;
+pub mod record;
+pub mod topic_config;
+
+pub use controller::{ControllerError, CreateTopicSpec, QuorumController};
+pub use image::{BrokerInfo, MetadataImage, PartitionRegistration, TopicImage};
+pub use log::MetadataLog;
+pub use record::MetadataRecord;

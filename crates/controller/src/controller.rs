@@ -1,0 +1,744 @@
+//! The controller: validates admin requests against the current image and turns them into
+//! metadata records. Records are made durable in the log, then replayed into a new image, then
+//! published to the broker, all under one lock so every observer sees images in log order.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::hash::{BuildHasher, RandomState};
+use std::path::Path;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use thiserror::Error;
+use uuid::Uuid;
+
+use crate::image::MetadataImage;
+use crate::log::MetadataLog;
+use crate::record::MetadataRecord;
+use crate::{names, topic_config};
+
+/// Controller failures, each tied to the Kafka error it stands for. The broker maps them to wire
+/// codes per API.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ControllerError {
+    #[error("{0}")]
+    TopicAlreadyExists(String),
+    #[error("{0}")]
+    InvalidTopic(String),
+    #[error("{0}")]
+    InvalidPartitions(String),
+    #[error("{0}")]
+    InvalidReplicationFactor(String),
+    #[error("{0}")]
+    InvalidReplicaAssignment(String),
+    #[error("{0}")]
+    InvalidConfig(String),
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("This server does not host this topic-partition.")]
+    UnknownTopicOrPartition,
+    #[error("This server does not host this topic ID.")]
+    UnknownTopicId,
+    #[error("metadata log I/O error: {0}")]
+    Io(String),
+}
+
+impl ControllerError {
+    /// The Kafka error code (`Errors.java`) this error is answered with.
+    pub fn code(&self) -> i16 {
+        match self {
+            Self::TopicAlreadyExists(_) => 36,
+            Self::InvalidTopic(_) => 17,
+            Self::InvalidPartitions(_) => 37,
+            Self::InvalidReplicationFactor(_) => 38,
+            Self::InvalidReplicaAssignment(_) => 39,
+            Self::InvalidConfig(_) => 40,
+            Self::InvalidRequest(_) => 42,
+            Self::UnknownTopicOrPartition => 3,
+            Self::UnknownTopicId => 100,
+            Self::Io(_) => -1,
+        }
+    }
+}
+
+/// One topic of a CreateTopics request, already decoded from the wire.
+#[derive(Debug, Clone, Default)]
+pub struct CreateTopicSpec {
+    pub name: String,
+    /// -1: the broker default.
+    pub num_partitions: i32,
+    /// -1: the broker default.
+    pub replication_factor: i16,
+    /// Explicit `(partition, replicas)`; when non-empty the two counts above must be -1.
+    pub assignments: Vec<(i32, Vec<i32>)>,
+    pub configs: Vec<(String, Option<String>)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatedTopic {
+    pub topic_id: Uuid,
+    pub num_partitions: i32,
+    pub replication_factor: i16,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// IncrementalAlterConfigs operations (`AlterConfigOp.OpType` wire values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlterConfigOp {
+    Set = 0,
+    Delete = 1,
+    Append = 2,
+    Subtract = 3,
+}
+
+impl AlterConfigOp {
+    pub fn from_i8(v: i8) -> Option<Self> {
+        Some(match v {
+            0 => Self::Set,
+            1 => Self::Delete,
+            2 => Self::Append,
+            3 => Self::Subtract,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct TopicDefaults {
+    pub num_partitions: i32,
+    pub replication_factor: i16,
+}
+
+type Publisher = Box<dyn Fn(&Arc<MetadataImage>) + Send + Sync>;
+
+struct State {
+    log: MetadataLog,
+    image: Arc<MetadataImage>,
+}
+
+pub struct QuorumController {
+    state: Mutex<State>,
+    defaults: TopicDefaults,
+    publisher: Mutex<Option<Publisher>>,
+}
+
+impl QuorumController {
+    /// Opens the metadata log at `path` and replays it.
+    pub fn open(path: &Path, defaults: TopicDefaults) -> Result<Self, ControllerError> {
+        let (log, records) =
+            MetadataLog::open(path).map_err(|e| ControllerError::Io(e.to_string()))?;
+        let mut image = MetadataImage::default();
+        for r in &records {
+            image.replay(r);
+        }
+        tracing::info!(
+            records = records.len(),
+            topics = image.topics.len(),
+            "metadata log replayed"
+        );
+        Ok(Self {
+            state: Mutex::new(State {
+                log,
+                image: Arc::new(image),
+            }),
+            defaults,
+            publisher: Mutex::new(None),
+        })
+    }
+
+    /// Registers the function that receives every new image (the broker's metadata publisher).
+    /// It is called at once with the current image.
+    pub fn set_publisher(&self, publisher: Publisher) {
+        let state = self.state.lock();
+        publisher(&state.image);
+        *self.publisher.lock() = Some(publisher);
+    }
+
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.state.lock().image.clone()
+    }
+
+    pub fn defaults(&self) -> TopicDefaults {
+        self.defaults
+    }
+
+    /// Appends records durably, replays them and publishes the new image.
+    fn commit(
+        &self,
+        state: &mut State,
+        records: Vec<MetadataRecord>,
+    ) -> Result<(), ControllerError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        state
+            .log
+            .append(&records)
+            .map_err(|e| ControllerError::Io(e.to_string()))?;
+        let mut image = (*state.image).clone();
+        for r in &records {
+            image.replay(r);
+        }
+        state.image = Arc::new(image);
+        if let Some(publish) = self.publisher.lock().as_ref() {
+            publish(&state.image);
+        }
+        Ok(())
+    }
+
+    /// Records the broker's endpoint if it changed since the last registration.
+    pub fn register_broker(
+        &self,
+        node_id: i32,
+        host: &str,
+        port: i32,
+        rack: Option<String>,
+    ) -> Result<(), ControllerError> {
+        let mut state = self.state.lock();
+        let record = MetadataRecord::RegisterBroker {
+            node_id,
+            host: host.to_string(),
+            port,
+            rack,
+        };
+        let unchanged = matches!(state.image.brokers.get(&node_id), Some(b)
+            if MetadataRecord::RegisterBroker { node_id, host: b.host.clone(), port: b.port, rack: b.rack.clone() } == record);
+        if unchanged {
+            return Ok(());
+        }
+        self.commit(&mut state, vec![record])
+    }
+
+    pub fn create_topics(
+        &self,
+        specs: &[CreateTopicSpec],
+        validate_only: bool,
+    ) -> Vec<Result<CreatedTopic, ControllerError>> {
+        let mut state = self.state.lock();
+        let mut seen = HashSet::new();
+        let mut records = Vec::new();
+        let mut results = Vec::with_capacity(specs.len());
+        // Names created earlier in this same request count as existing for collision checks.
+        let mut pending: Vec<String> = Vec::new();
+        for spec in specs {
+            if !seen.insert(spec.name.clone()) {
+                results.push(Err(ControllerError::InvalidRequest(
+                    "Duplicate topic name.".into(),
+                )));
+                continue;
+            }
+            let r = self.plan_topic(&state.image, &pending, spec);
+            match r {
+                Ok((created, recs)) => {
+                    if !validate_only {
+                        records.extend(recs);
+                        pending.push(spec.name.clone());
+                    }
+                    results.push(Ok(created));
+                }
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        if let Err(e) = self.commit(&mut state, records) {
+            return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
+        }
+        results
+    }
+
+    fn plan_topic(
+        &self,
+        image: &MetadataImage,
+        pending: &[String],
+        spec: &CreateTopicSpec,
+    ) -> Result<(CreatedTopic, Vec<MetadataRecord>), ControllerError> {
+        let name = &spec.name;
+        names::validate(name).map_err(ControllerError::InvalidTopic)?;
+        if names::is_internal(name) {
+            return Err(ControllerError::InvalidRequest(format!(
+                "Creation of internal topic {name} is prohibited."
+            )));
+        }
+        if image.topics.contains_key(name) || pending.contains(name) {
+            return Err(ControllerError::TopicAlreadyExists(format!(
+                "Topic '{name}' already exists."
+            )));
+        }
+        let unified = names::unify_collision_chars(name);
+        if let Some(other) = image
+            .topics
+            .keys()
+            .chain(pending.iter())
+            .find(|t| names::unify_collision_chars(t) == unified)
+        {
+            return Err(ControllerError::InvalidTopic(format!(
+                "Topic '{name}' collides with existing topic: {other}"
+            )));
+        }
+        let mut configs = BTreeMap::new();
+        for (k, v) in &spec.configs {
+            let Some(v) = v else {
+                return Err(ControllerError::InvalidConfig(format!(
+                    "Null value not supported for topic configs: {k}"
+                )));
+            };
+            topic_config::validate(k, v).map_err(ControllerError::InvalidConfig)?;
+            configs.insert(k.clone(), v.clone());
+        }
+        let brokers: Vec<i32> = image.brokers.keys().copied().collect();
+        let assignment = if spec.assignments.is_empty() {
+            let partitions = match spec.num_partitions {
+                -1 => self.defaults.num_partitions,
+                n if n <= 0 => {
+                    return Err(ControllerError::InvalidPartitions(
+                        "Number of partitions was set to an invalid non-positive value.".into(),
+                    ))
+                }
+                n => n,
+            };
+            let rf =
+                match spec.replication_factor {
+                    -1 => self.defaults.replication_factor,
+                    n if n <= 0 => return Err(ControllerError::InvalidReplicationFactor(
+                        "Replication factor must be larger than 0, or -1 to use the default value."
+                            .into(),
+                    )),
+                    n => n,
+                };
+            if rf as usize > brokers.len() {
+                return Err(ControllerError::InvalidReplicationFactor(format!(
+                    "Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be reached because only {} broker(s) are registered.",
+                    brokers.len()
+                )));
+            }
+            assign_replicas_rack_unaware(partitions, rf as usize, &brokers, None, 0)
+        } else {
+            if spec.num_partitions != -1 || spec.replication_factor != -1 {
+                return Err(ControllerError::InvalidRequest(
+                    "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into(),
+                ));
+            }
+            validate_assignment(&spec.assignments, 0, &brokers)?
+        };
+        let topic_id = Uuid::new_v4();
+        let mut records = vec![MetadataRecord::Topic {
+            name: name.clone(),
+            topic_id,
+        }];
+        for (k, v) in &configs {
+            records.push(MetadataRecord::TopicConfig {
+                topic: name.clone(),
+                name: k.clone(),
+                value: Some(v.clone()),
+            });
+        }
+        for (p, replicas) in assignment.iter().enumerate() {
+            records.push(partition_record(topic_id, p as i32, replicas.clone()));
+        }
+        Ok((
+            CreatedTopic {
+                topic_id,
+                num_partitions: assignment.len() as i32,
+                replication_factor: assignment.first().map_or(0, |r| r.len() as i16),
+                configs,
+            },
+            records,
+        ))
+    }
+
+    /// Deletes topics named by name or id. Each result carries the resolved `(name, id)`.
+    pub fn delete_topics(
+        &self,
+        topics: &[(Option<String>, Option<Uuid>)],
+    ) -> Vec<Result<(String, Uuid), ControllerError>> {
+        let mut state = self.state.lock();
+        let mut records = Vec::new();
+        let mut results = Vec::new();
+        let mut seen = HashSet::new();
+        for (name, id) in topics {
+            let found = match (name, id) {
+                (Some(n), _) => state
+                    .image
+                    .topic(n)
+                    .map(|t| (t.name.clone(), t.id))
+                    .ok_or(ControllerError::UnknownTopicOrPartition),
+                (None, Some(id)) => state
+                    .image
+                    .topic_by_id(id)
+                    .map(|t| (t.name.clone(), t.id))
+                    .ok_or(ControllerError::UnknownTopicId),
+                (None, None) => Err(ControllerError::InvalidRequest(
+                    "Neither topic name nor id was given.".into(),
+                )),
+            };
+            let r = found.and_then(|(n, id)| {
+                if names::is_internal(&n) {
+                    Err(ControllerError::InvalidRequest(format!(
+                        "Deletion of internal topic {n} is prohibited."
+                    )))
+                } else if !seen.insert(id) {
+                    Err(ControllerError::InvalidRequest(
+                        "Duplicate topic name.".into(),
+                    ))
+                } else {
+                    records.push(MetadataRecord::RemoveTopic { topic_id: id });
+                    Ok((n, id))
+                }
+            });
+            results.push(r);
+        }
+        if let Err(e) = self.commit(&mut state, records) {
+            return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
+        }
+        results
+    }
+
+    /// CreatePartitions: grows `topic` to `count` partitions.
+    pub fn create_partitions(
+        &self,
+        topic: &str,
+        count: i32,
+        assignments: Option<Vec<Vec<i32>>>,
+        validate_only: bool,
+    ) -> Result<(), ControllerError> {
+        let mut state = self.state.lock();
+        let t = state
+            .image
+            .topic(topic)
+            .ok_or(ControllerError::UnknownTopicOrPartition)?
+            .clone();
+        let current = t.partitions.len() as i32;
+        if count < current {
+            return Err(ControllerError::InvalidPartitions(format!(
+                "Topic currently has {current} partitions, which is higher than the requested {count}."
+            )));
+        }
+        if count == current {
+            return Err(ControllerError::InvalidPartitions(format!(
+                "Topic already has {current} partitions."
+            )));
+        }
+        let brokers: Vec<i32> = state.image.brokers.keys().copied().collect();
+        let new = count - current;
+        let plan = match assignments {
+            Some(a) => {
+                if a.len() as i32 != new {
+                    return Err(ControllerError::InvalidReplicaAssignment(format!(
+                        "Attempted to add {new} additional partition(s), but only {} assignment(s) were specified.",
+                        a.len()
+                    )));
+                }
+                let indexed: Vec<(i32, Vec<i32>)> = a
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, r)| (current + i as i32, r))
+                    .collect();
+                validate_assignment(&indexed, current, &brokers)?
+            }
+            None => {
+                let rf = t.partitions.values().next().map_or(1, |p| p.replicas.len());
+                if rf > brokers.len() {
+                    return Err(ControllerError::InvalidReplicationFactor(format!(
+                        "Unable to replicate the partition {rf} time(s): only {} broker(s) are registered.",
+                        brokers.len()
+                    )));
+                }
+                assign_replicas_rack_unaware(new, rf, &brokers, None, current)
+            }
+        };
+        if validate_only {
+            return Ok(());
+        }
+        let records = plan
+            .into_iter()
+            .enumerate()
+            .map(|(i, replicas)| partition_record(t.id, current + i as i32, replicas))
+            .collect();
+        self.commit(&mut state, records)
+    }
+
+    /// IncrementalAlterConfigs for one topic.
+    pub fn incremental_alter_topic_configs(
+        &self,
+        topic: &str,
+        ops: &[(String, AlterConfigOp, Option<String>)],
+        validate_only: bool,
+    ) -> Result<(), ControllerError> {
+        let mut state = self.state.lock();
+        let t = state
+            .image
+            .topic(topic)
+            .ok_or(ControllerError::UnknownTopicOrPartition)?;
+        let mut configs = t.configs.clone();
+        let mut seen = HashSet::new();
+        for (name, op, value) in ops {
+            if !seen.insert(name.as_str()) {
+                return Err(ControllerError::InvalidRequest(format!(
+                    "Error due to duplicate config keys: {name}"
+                )));
+            }
+            let def = topic_config::find(name).ok_or_else(|| {
+                ControllerError::InvalidConfig(format!("Unknown topic config name: {name}"))
+            })?;
+            match op {
+                AlterConfigOp::Set => {
+                    let v = value.clone().ok_or_else(|| {
+                        ControllerError::InvalidRequest(format!(
+                            "Null value not supported for: {name}"
+                        ))
+                    })?;
+                    topic_config::validate(name, &v).map_err(ControllerError::InvalidConfig)?;
+                    configs.insert(name.clone(), v);
+                }
+                AlterConfigOp::Delete => {
+                    configs.remove(name);
+                }
+                AlterConfigOp::Append | AlterConfigOp::Subtract => {
+                    if def.ty != topic_config::ConfigType::List {
+                        return Err(ControllerError::InvalidConfig(format!(
+                            "Config value append is not allowed for config key: {name}"
+                        )));
+                    }
+                    let current = configs
+                        .get(name)
+                        .cloned()
+                        .unwrap_or_else(|| def.default.to_string());
+                    let mut items: Vec<String> = current
+                        .split(',')
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .collect();
+                    for v in value
+                        .as_deref()
+                        .unwrap_or("")
+                        .split(',')
+                        .filter(|s| !s.is_empty())
+                    {
+                        if *op == AlterConfigOp::Append {
+                            if !items.iter().any(|i| i == v) {
+                                items.push(v.to_string());
+                            }
+                        } else {
+                            items.retain(|i| i != v);
+                        }
+                    }
+                    let joined = items.join(",");
+                    topic_config::validate(name, &joined)
+                        .map_err(ControllerError::InvalidConfig)?;
+                    configs.insert(name.clone(), joined);
+                }
+            }
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let old = &t.configs;
+        let keys: BTreeSet<&String> = old.keys().chain(configs.keys()).collect();
+        let records = keys
+            .into_iter()
+            .filter(|k| old.get(*k) != configs.get(*k))
+            .map(|k| MetadataRecord::TopicConfig {
+                topic: topic.to_string(),
+                name: k.clone(),
+                value: configs.get(k).cloned(),
+            })
+            .collect();
+        self.commit(&mut state, records)
+    }
+}
+
+fn partition_record(topic_id: Uuid, partition: i32, replicas: Vec<i32>) -> MetadataRecord {
+    MetadataRecord::Partition {
+        topic_id,
+        partition,
+        leader: replicas[0],
+        isr: replicas.clone(),
+        replicas,
+        leader_epoch: 0,
+        partition_epoch: 0,
+    }
+}
+
+fn validate_assignment(
+    assignments: &[(i32, Vec<i32>)],
+    first_partition: i32,
+    brokers: &[i32],
+) -> Result<Vec<Vec<i32>>, ControllerError> {
+    let mut sorted: Vec<&(i32, Vec<i32>)> = assignments.iter().collect();
+    sorted.sort_by_key(|(p, _)| *p);
+    let rf = sorted.first().map_or(0, |(_, r)| r.len());
+    let mut out = Vec::new();
+    for (i, (p, replicas)) in sorted.iter().enumerate() {
+        if *p != first_partition + i as i32 {
+            return Err(ControllerError::InvalidReplicaAssignment(
+                "Partitions must be consecutive and start at the current partition count.".into(),
+            ));
+        }
+        if replicas.is_empty() {
+            return Err(ControllerError::InvalidReplicaAssignment(format!(
+                "The manual partition assignment includes a partition with no replicas: partition {p}."
+            )));
+        }
+        if replicas.len() != rf {
+            return Err(ControllerError::InvalidReplicaAssignment(
+                "All partitions should have the same number of replicas.".into(),
+            ));
+        }
+        let distinct: HashSet<&i32> = replicas.iter().collect();
+        if distinct.len() != replicas.len() {
+            return Err(ControllerError::InvalidReplicaAssignment(format!(
+                "The manual partition assignment specifies the same node id more than once: partition {p}."
+            )));
+        }
+        if let Some(b) = replicas.iter().find(|b| !brokers.contains(b)) {
+            return Err(ControllerError::InvalidReplicaAssignment(format!(
+                "The manual partition assignment includes broker {b}, but no such broker is registered."
+            )));
+        }
+        out.push(replicas.clone());
+    }
+    Ok(out)
+}
+
+/// Kafka's rack-unaware placement (`AdminUtils.assignReplicasToBrokersRackUnaware`): leaders
+/// round-robin from a random start, followers shifted so replicas spread evenly. `fixed_start`
+/// makes it deterministic for tests.
+pub fn assign_replicas_rack_unaware(
+    partitions: i32,
+    replication_factor: usize,
+    brokers: &[i32],
+    fixed_start: Option<usize>,
+    start_partition: i32,
+) -> Vec<Vec<i32>> {
+    let n = brokers.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let random = || RandomState::new().hash_one(0u8) as usize % n;
+    let start_index = fixed_start.unwrap_or_else(random);
+    let mut shift = fixed_start.unwrap_or_else(random);
+    let mut current = start_partition.max(0) as usize;
+    let mut out = Vec::with_capacity(partitions as usize);
+    for _ in 0..partitions {
+        if current > 0 && current % n == 0 {
+            shift += 1;
+        }
+        let first = (current + start_index) % n;
+        let mut replicas = vec![brokers[first]];
+        for j in 0..replication_factor.saturating_sub(1) {
+            let s = 1 + (shift + j) % (n - 1);
+            replicas.push(brokers[(first + s) % n]);
+        }
+        out.push(replicas);
+        current += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn controller(dir: &Path) -> QuorumController {
+        let c = QuorumController::open(
+            &dir.join("meta.log"),
+            TopicDefaults {
+                num_partitions: 1,
+                replication_factor: 1,
+            },
+        )
+        .unwrap();
+        c.register_broker(1, "127.0.0.1", 9092, None).unwrap();
+        c
+    }
+
+    fn spec(name: &str, p: i32) -> CreateTopicSpec {
+        CreateTopicSpec {
+            name: name.into(),
+            num_partitions: p,
+            replication_factor: -1,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn create_describe_delete_survive_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = controller(dir.path());
+        let r = c.create_topics(&[spec("a", 3), spec("b", -1)], false);
+        assert!(r.iter().all(|r| r.is_ok()));
+        assert_eq!(c.image().topic("a").unwrap().partitions.len(), 3);
+        assert_eq!(c.image().topic("b").unwrap().partitions.len(), 1);
+        let id = c.image().topic("a").unwrap().id;
+        c.incremental_alter_topic_configs(
+            "a",
+            &[("retention.ms".into(), AlterConfigOp::Set, Some("5".into()))],
+            false,
+        )
+        .unwrap();
+        c.create_partitions("a", 5, None, false).unwrap();
+        assert!(c.delete_topics(&[(Some("b".into()), None)])[0].is_ok());
+        drop(c);
+        let c = controller(dir.path());
+        let img = c.image();
+        let a = img.topic("a").unwrap();
+        assert_eq!(a.id, id);
+        assert_eq!(a.partitions.len(), 5);
+        assert_eq!(a.configs["retention.ms"], "5");
+        assert!(img.topic("b").is_none());
+    }
+
+    #[test]
+    fn create_errors_follow_kafka() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = controller(dir.path());
+        assert!(c.create_topics(&[spec("a.b", 1)], false)[0].is_ok());
+        let code = |s: CreateTopicSpec| c.create_topics(&[s], false)[0].clone().unwrap_err().code();
+        assert_eq!(code(spec("a.b", 1)), 36);
+        assert_eq!(code(spec("a_b", 1)), 17);
+        assert_eq!(code(spec("bad name", 1)), 17);
+        assert_eq!(code(spec("__consumer_offsets", 1)), 42);
+        assert_eq!(code(spec("x", 0)), 37);
+        assert_eq!(
+            code(CreateTopicSpec {
+                replication_factor: 3,
+                ..spec("x", 1)
+            }),
+            38
+        );
+        assert_eq!(
+            code(CreateTopicSpec {
+                configs: vec![("nope".into(), Some("1".into()))],
+                ..spec("x", 1)
+            }),
+            40
+        );
+        assert_eq!(
+            code(CreateTopicSpec {
+                assignments: vec![(0, vec![2])],
+                ..spec("x", -1)
+            }),
+            39
+        );
+        let dup = c.create_topics(&[spec("d", 1), spec("d", 1)], false);
+        assert!(dup[0].is_ok());
+        assert_eq!(dup[1].clone().unwrap_err().code(), 42);
+    }
+
+    #[test]
+    fn validate_only_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = controller(dir.path());
+        assert!(c.create_topics(&[spec("v", 2)], true)[0].is_ok());
+        assert!(c.image().topic("v").is_none());
+    }
+
+    #[test]
+    fn rack_unaware_matches_kafka_layout() {
+        // Kafka's AdminUtils with startIndex 0 and shift 0 over brokers 0..5 and RF 3.
+        let a = assign_replicas_rack_unaware(10, 3, &[0, 1, 2, 3, 4], Some(0), 0);
+        assert_eq!(a[0], vec![0, 1, 2]);
+        assert_eq!(a[1], vec![1, 2, 3]);
+        assert_eq!(a[4], vec![4, 0, 1]);
+        assert_eq!(a[5], vec![0, 2, 3]);
+        assert_eq!(a[9], vec![4, 1, 2]);
+    }
+}

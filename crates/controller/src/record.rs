@@ -1,0 +1,36 @@
+//! Metadata records: the only way cluster state changes.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum MetadataRecord {
+    /// A broker's identity and endpoint (Kafka's RegisterBrokerRecord).
+    RegisterBroker {
+        node_id: i32,
+        host: String,
+        port: i32,
+        rack: Option<String>,
+    },
+    /// A topic exists (TopicRecord).
+    Topic { name: String, topic_id: Uuid },
+    /// A partition with its replica set and leadership (PartitionRecord).
+    Partition {
+        topic_id: Uuid,
+        partition: i32,
+        replicas: Vec<i32>,
+        isr: Vec<i32>,
+        leader: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+    },
+    /// A topic config set (`value: Some`) or removed (`None`) (ConfigRecord).
+    TopicConfig {
+        topic: String,
+        name: String,
+        value: Option<String>,
+    },
+    /// A topic and all its partitions are gone (RemoveTopicRecord).
+    RemoveTopic { topic_id: Uuid },
+}

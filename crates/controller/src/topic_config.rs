@@ -1,0 +1,224 @@
+//! Topic-level configs: names, broker-level synonyms, defaults, types and validation, as in
+//! Kafka's `TopicConfig` / `LogConfig`. Only configs Strom honours are listed, so an unknown or
+//! unsupported one is refused instead of silently ignored.
+
+/// Kafka's `ConfigResource.Type`/`ConfigEntry.ConfigType` wire numbering for DescribeConfigs v3+.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigType {
+    Boolean = 1,
+    String = 2,
+    Int = 3,
+    Long = 5,
+    List = 7,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Validator {
+    /// An integer not below the bound.
+    AtLeast(i64),
+    OneOf(&'static [&'static str]),
+    Boolean,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct TopicConfigDef {
+    pub name: &'static str,
+    /// The broker property that supplies the default (`log.retention.ms` for `retention.ms`).
+    pub broker_key: &'static str,
+    pub default: &'static str,
+    pub ty: ConfigType,
+    pub validator: Validator,
+    pub doc: &'static str,
+}
+
+const LONG_MAX: &str = "9223372036854775807";
+
+pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
+    TopicConfigDef {
+        name: "cleanup.policy",
+        broker_key: "log.cleanup.policy",
+        default: "delete",
+        ty: ConfigType::List,
+        // Compaction is not implemented yet; accepting "compact" would be a silent lie.
+        validator: Validator::OneOf(&["delete"]),
+        doc: "The retention policy to use on log segments (only delete is supported).",
+    },
+    TopicConfigDef {
+        name: "compression.type",
+        broker_key: "compression.type",
+        default: "producer",
+        ty: ConfigType::String,
+        // Batches are stored as the producer compressed them; broker-side recompression is not
+        // implemented, so only the value that describes that behaviour is accepted.
+        validator: Validator::OneOf(&["producer"]),
+        doc: "The final compression type for a topic (only producer is supported).",
+    },
+    TopicConfigDef {
+        name: "file.delete.delay.ms",
+        broker_key: "log.segment.delete.delay.ms",
+        default: "60000",
+        ty: ConfigType::Long,
+        validator: Validator::AtLeast(0),
+        doc: "The time to wait before deleting a file from the filesystem.",
+    },
+    TopicConfigDef {
+        name: "flush.messages",
+        broker_key: "log.flush.interval.messages",
+        default: LONG_MAX,
+        ty: ConfigType::Long,
+        validator: Validator::AtLeast(1),
+        doc: "The number of messages appended to a partition before an fsync.",
+    },
+    TopicConfigDef {
+        name: "flush.ms",
+        broker_key: "log.flush.interval.ms",
+        default: LONG_MAX,
+        ty: ConfigType::Long,
+        validator: Validator::AtLeast(0),
+        doc: "The maximum time between fsyncs of a partition.",
+    },
+    TopicConfigDef {
+        name: "index.interval.bytes",
+        broker_key: "log.index.interval.bytes",
+        default: "4096",
+        ty: ConfigType::Int,
+        validator: Validator::AtLeast(0),
+        doc: "How frequently an entry is added to the offset index.",
+    },
+    TopicConfigDef {
+        name: "max.message.bytes",
+        broker_key: "message.max.bytes",
+        default: "1048588",
+        ty: ConfigType::Int,
+        validator: Validator::AtLeast(0),
+        doc: "The largest record batch size allowed.",
+    },
+    TopicConfigDef {
+        name: "message.timestamp.type",
+        broker_key: "log.message.timestamp.type",
+        default: "CreateTime",
+        ty: ConfigType::String,
+        validator: Validator::OneOf(&["CreateTime", "LogAppendTime"]),
+        doc: "Whether record timestamps are the producer's create time or the log append time.",
+    },
+    TopicConfigDef {
+        name: "min.insync.replicas",
+        broker_key: "min.insync.replicas",
+        default: "1",
+        ty: ConfigType::Int,
+        validator: Validator::AtLeast(1),
+        doc: "The minimum number of in-sync replicas for a write with acks=all to succeed.",
+    },
+    TopicConfigDef {
+        name: "retention.bytes",
+        broker_key: "log.retention.bytes",
+        default: "-1",
+        ty: ConfigType::Long,
+        validator: Validator::AtLeast(-1),
+        doc: "The maximum size a partition can grow to before old segments are deleted.",
+    },
+    TopicConfigDef {
+        name: "retention.ms",
+        broker_key: "log.retention.ms",
+        default: "604800000",
+        ty: ConfigType::Long,
+        validator: Validator::AtLeast(-1),
+        doc: "The maximum time a segment is retained before it is deleted.",
+    },
+    TopicConfigDef {
+        name: "segment.bytes",
+        broker_key: "log.segment.bytes",
+        default: "1073741824",
+        ty: ConfigType::Int,
+        validator: Validator::AtLeast(14),
+        doc: "The segment file size of the log.",
+    },
+    TopicConfigDef {
+        name: "segment.index.bytes",
+        broker_key: "log.index.size.max.bytes",
+        default: "10485760",
+        ty: ConfigType::Int,
+        validator: Validator::AtLeast(8),
+        doc: "The maximum size of an offset index file.",
+    },
+    TopicConfigDef {
+        name: "segment.ms",
+        broker_key: "log.roll.ms",
+        default: "604800000",
+        ty: ConfigType::Long,
+        validator: Validator::AtLeast(1),
+        doc: "The time after which the active segment is rolled even if not full.",
+    },
+    TopicConfigDef {
+        name: "unclean.leader.election.enable",
+        broker_key: "unclean.leader.election.enable",
+        default: "false",
+        ty: ConfigType::Boolean,
+        validator: Validator::Boolean,
+        doc: "Whether replicas not in the ISR may be elected leader as a last resort.",
+    },
+];
+
+pub fn find(name: &str) -> Option<&'static TopicConfigDef> {
+    TOPIC_CONFIGS.iter().find(|d| d.name == name)
+}
+
+/// Validates a topic config value as Kafka's `LogConfig.validate` would, with its messages.
+pub fn validate(name: &str, value: &str) -> Result<(), String> {
+    let def = find(name).ok_or_else(|| format!("Unknown topic config name: {name}"))?;
+    let invalid = |why: &str| format!("Invalid value {value} for configuration {name}: {why}");
+    match def.validator {
+        Validator::AtLeast(min) => {
+            let v: i64 = value.trim().parse().map_err(|_| invalid("Not a number"))?;
+            if def.ty == ConfigType::Int && i32::try_from(v).is_err() {
+                return Err(invalid("Not a number of type INT"));
+            }
+            if v < min {
+                return Err(invalid(&format!("Value must be at least {min}")));
+            }
+        }
+        Validator::OneOf(allowed) => {
+            let items: Vec<&str> = if def.ty == ConfigType::List {
+                value.split(',').map(str::trim).collect()
+            } else {
+                vec![value.trim()]
+            };
+            if items.is_empty() || items.iter().any(|v| !allowed.contains(v)) {
+                return Err(invalid(&format!(
+                    "String must be one of: {}",
+                    allowed.join(", ")
+                )));
+            }
+        }
+        Validator::Boolean => {
+            if !value.trim().eq_ignore_ascii_case("true")
+                && !value.trim().eq_ignore_ascii_case("false")
+            {
+                return Err(invalid("Expected value to be either true or false"));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validates() {
+        assert!(validate("retention.ms", "1000").is_ok());
+        assert!(validate("retention.ms", "-1").is_ok());
+        assert!(validate("retention.ms", "-2").is_err());
+        assert!(validate("retention.ms", "abc").is_err());
+        assert!(validate("segment.bytes", "99999999999").is_err());
+        assert!(validate("message.timestamp.type", "LogAppendTime").is_ok());
+        assert!(validate("message.timestamp.type", "Other").is_err());
+        assert!(validate("cleanup.policy", "compact").is_err());
+        assert!(validate("unclean.leader.election.enable", "TRUE").is_ok());
+        assert_eq!(
+            validate("no.such", "1").unwrap_err(),
+            "Unknown topic config name: no.such"
+        );
+    }
+}
