@@ -1,0 +1,67 @@
+# Strom: build, run and test.
+#
+#   make run          build (release) and start a broker on 127.0.0.1:9092
+#   make test         the whole test suite: Rust unit + integration tests, kafka-python + kcat
+#                     tests, Java client + kafka-dump-log tests. Installs what it needs (kcat via
+#                     apt, a Python venv in .venv, Maven artifacts from Maven Central).
+#   make test-rust | test-python | test-java    one part
+#
+# Fails if any part fails (all parts still run).
+
+SHELL := /bin/bash
+CARGO ?= cargo
+PYTHON ?= python3
+MVN ?= mvn
+VENV := .venv
+STROM_BIN ?= $(CURDIR)/target/debug/strom
+SUDO := $(shell [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && echo sudo)
+
+export STROM_BIN
+
+.PHONY: test run build test-rust test-python test-java kcat venv kafka-ref-fetch
+
+test:
+	@status=0; failed=""; \
+	for part in test-rust test-python test-java; do \
+	  $(MAKE) --no-print-directory $$part || { status=1; failed="$$failed $$part"; }; \
+	done; \
+	if [ $$status -ne 0 ]; then echo "make test: FAILED:$$failed" >&2; fi; \
+	exit $$status
+
+run:
+	$(CARGO) run --release -p strom -- server
+
+# the debug binary the Python and Java tests start
+build:
+	$(CARGO) build -p strom
+
+test-rust: build
+	$(CARGO) test --workspace
+
+kcat:
+	@if ! command -v kcat >/dev/null 2>&1; then \
+	  echo "installing kcat with apt-get"; \
+	  $(SUDO) apt-get update -qq || true; \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq kcat; \
+	fi
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: tests/python/requirements.txt
+	@if [ ! -x $(VENV)/bin/python ]; then \
+	  $(PYTHON) -m venv $(VENV) || { \
+	    rm -rf $(VENV); \
+	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV); }; \
+	fi
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
+	@touch $@
+
+test-python: build kcat venv
+	STROM_REQUIRE_KCAT=1 $(VENV)/bin/python -m pytest tests/python
+
+test-java: build
+	$(MVN) -B -ntp -Dstyle.color=never -f tests/java/pom.xml test
+
+# Apache Kafka 4.4 reference jars (for scripts/kafka-ref.sh and scripts/kafka-dump-log.sh)
+kafka-ref-fetch:
+	scripts/kafka-ref.sh fetch
