@@ -4,6 +4,7 @@
 #   scripts/kafka-ref.sh fetch                 download the jars into .cache/kafka-4.4/libs
 #   scripts/kafka-ref.sh start PORT [DIR]      start a single KRaft combined node on 127.0.0.1:PORT,
 #                                              data in DIR (default: a new temp dir); prints its pid
+#   scripts/kafka-ref.sh run PORT DIR [LOGDIRS] the same in the foreground (exec java)
 #   scripts/kafka-ref.sh stop PID              SIGTERM, then SIGKILL after 20 s
 #   scripts/kafka-ref.sh classpath             print the classpath (for other scripts)
 #
@@ -64,13 +65,11 @@ rootLogger.appenderRef.file.ref = FILE
 L4J
 }
 
-start() {
-    local port="${1:?usage: kafka-ref.sh start PORT [DIR]}"
-    local dir="${2:-}"
-    if [[ -z "$dir" ]]; then dir="$(mktemp -d /tmp/kafka-ref.XXXXXX)"; fi
-    mkdir -p "$dir/data"
+# prepare PORT DIR [LOGDIRS]: write DIR/server.properties and format LOGDIRS (default DIR/data)
+prepare() {
+    local port="$1" dir="$2" logdirs="${3:-$2/data}"
+    mkdir -p "$dir" "$logdirs"
     local cport=$((port + 1))
-    local cp; cp="$(classpath)"
     log4j_config "$dir"
     cat > "$dir/server.properties" <<PROPS
 process.roles=broker,controller
@@ -81,7 +80,7 @@ advertised.listeners=PLAINTEXT://127.0.0.1:${port},CONTROLLER://127.0.0.1:${cpor
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-log.dirs=${dir}/data
+log.dirs=${logdirs}
 num.partitions=1
 offsets.topic.replication.factor=1
 transaction.state.log.replication.factor=1
@@ -91,15 +90,34 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=true
 PROPS
-    local java_opts=(-Xmx512m -Xms256m -XX:+UseG1GC "-Dlog4j2.configurationFile=$dir/log4j2.properties")
-    if [[ ! -f "$dir/data/meta.properties" ]]; then
-        java "${java_opts[@]}" -cp "$cp" kafka.tools.StorageTool format --standalone \
-            -t "$(java -cp "$cp" kafka.tools.StorageTool random-uuid)" \
+    if [[ ! -f "$logdirs/meta.properties" ]]; then
+        java -Xmx256m "-Dlog4j2.configurationFile=$dir/log4j2.properties" -cp "$CP" \
+            kafka.tools.StorageTool format --standalone \
+            -t "$(java -cp "$CP" kafka.tools.StorageTool random-uuid)" \
             -c "$dir/server.properties" > "$dir/format.log" 2>&1 \
             || { cat "$dir/format.log" >&2; exit 1; }
     fi
-    nohup java "${java_opts[@]}" -cp "$cp" kafka.Kafka "$dir/server.properties" \
-        > "$dir/stdout.log" 2>&1 < /dev/null &
+}
+
+JAVA_OPTS=(-Xmx512m -Xms256m -XX:+UseG1GC)
+
+# run PORT DIR [LOGDIRS]: run the broker in the foreground (logs in DIR/server.log)
+run() {
+    local port="${1:?usage: kafka-ref.sh run PORT DIR [LOGDIRS]}" dir="${2:?}"
+    CP="$(classpath)"
+    prepare "$port" "$dir" "${3:-}"
+    exec java "${JAVA_OPTS[@]}" "-Dlog4j2.configurationFile=$dir/log4j2.properties" -cp "$CP" \
+        kafka.Kafka "$dir/server.properties"
+}
+
+start() {
+    local port="${1:?usage: kafka-ref.sh start PORT [DIR]}"
+    local dir="${2:-}"
+    if [[ -z "$dir" ]]; then dir="$(mktemp -d /tmp/kafka-ref.XXXXXX)"; fi
+    CP="$(classpath)"
+    prepare "$port" "$dir"
+    nohup java "${JAVA_OPTS[@]}" "-Dlog4j2.configurationFile=$dir/log4j2.properties" -cp "$CP" \
+        kafka.Kafka "$dir/server.properties" > "$dir/stdout.log" 2>&1 < /dev/null &
     local pid=$!
     echo "$pid" > "$dir/pid"
     # wait until the port accepts connections
@@ -136,6 +154,7 @@ case "$cmd" in
     fetch) fetch ;;
     classpath) classpath ;;
     start) start "$@" ;;
+    run) run "$@" ;;
     stop) stop "$@" ;;
-    *) sed -n '2,11p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,12p' "$0" >&2; exit 2 ;;
 esac

@@ -64,7 +64,8 @@ class StromProcess:
         env = dict(os.environ)
         env.setdefault("RUST_LOG", "info")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env)
+                                     stdin=subprocess.DEVNULL, env=env,
+                                     start_new_session=True)
         _live.add(self)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -89,13 +90,20 @@ class StromProcess:
                 self.proc.send_signal(sig)
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                self._kill_group()
                 self.proc.wait()
+        self._kill_group()  # anything the broker process left behind
         _live.discard(self)
         if self._log:
             self._log.close()
             self._log = None
         return self.proc.returncode
+
+    def _kill_group(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def kill(self):
         return self.stop(signal.SIGKILL, timeout=10.0)
@@ -142,7 +150,7 @@ def broker():
         strom.start()
         yield Broker(strom.bootstrap, strom)
     finally:
-        strom.kill() if strom.proc is None or strom.proc.poll() is not None else strom.stop()
+        strom.stop()  # SIGTERM, SIGKILL fallback
         if os.environ.get("STROM_KEEP_DATA"):
             print(f"strom data kept in {tmp}")
         else:

@@ -38,6 +38,7 @@ public final class BrokerUnderTest implements AutoCloseable {
     static {
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             for (ProcessHandle p : LIVE) {
+                p.descendants().forEach(ProcessHandle::destroyForcibly);
                 p.destroyForcibly();
             }
         }, "kill-brokers"));
@@ -191,8 +192,7 @@ public final class BrokerUnderTest implements AutoCloseable {
                 code = Optional.of(child.waitFor());
             }
         } catch (java.util.concurrent.TimeoutException | java.util.concurrent.ExecutionException e) {
-            process.destroyForcibly();
-            process.onExit().join();
+            killTree(process);
             LIVE.remove(process);
             process = null;
             throw new IllegalStateException(kind + " did not exit within " + timeoutSeconds
@@ -203,13 +203,21 @@ public final class BrokerUnderTest implements AutoCloseable {
         return code;
     }
 
+    /** SIGKILL (the process and anything it started). */
     public void kill() {
         if (process != null) {
-            process.destroyForcibly();
-            process.onExit().join();
+            killTree(process);
             LIVE.remove(process);
             process = null;
         }
+    }
+
+    private static void killTree(ProcessHandle p) {
+        List<ProcessHandle> children = p.descendants().toList();
+        p.destroyForcibly();
+        children.forEach(ProcessHandle::destroyForcibly);
+        p.onExit().join();
+        children.forEach(c -> c.onExit().join());
     }
 
     public String logTail(int lines) {
