@@ -1,1 +1,174 @@
-//! Placeholder: being written.
+//! The partition log on disk, in Apache Kafka's own on-disk format, so Kafka's tools
+//! (`kafka-dump-log`) read Strom's files and the other way round.
+//!
+//! This crate owns everything under one partition directory (`<topic>-<partition>/`):
+//!
+//! - [`UnifiedLog`]: the ordered set of segments of one partition: append (leader: offsets
+//!   assigned here; follower: offsets as given), read of whole raw batches, offset lookup by
+//!   timestamp, rolling, retention, truncation, flushing and crash recovery.
+//! - [`LogSegment`]: one `<base offset>.log` of concatenated RecordBatch v2 bytes with its sparse
+//!   [`OffsetIndex`] (`.index`) and [`TimeIndex`] (`.timeindex`).
+//! - [`checkpoint::OffsetCheckpointFile`]: Kafka's `*-checkpoint` files, which the broker uses
+//!   to remember recovery points and log start offsets across restarts.
+//!
+//! It does not own the set of partitions (the broker's log manager does), the high watermark,
+//! replication, producer state or transactions. Batches are never decoded on the append or read
+//! path: only their 61-byte headers are read or patched (via `strom_protocol::batch`).
+
+pub mod checkpoint;
+pub mod config;
+pub mod index;
+mod log;
+pub mod segment;
+
+use std::path::PathBuf;
+
+use strom_protocol::ErrorCode;
+use thiserror::Error;
+
+pub use config::{LogConfig, TimestampType};
+pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
+pub use log::UnifiedLog;
+pub use segment::LogSegment;
+
+/// Present in a log directory when the broker shut down cleanly (Kafka's marker name).
+pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
+
+#[derive(Debug, Error)]
+pub enum StorageError {
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// CRC mismatch or a batch whose structure does not parse.
+    #[error("corrupt record: {0}")]
+    CorruptRecord(String),
+    #[error("record batch of {size} bytes exceeds the maximum of {max}")]
+    RecordTooLarge { size: usize, max: usize },
+    /// A well-formed batch the log refuses (wrong magic, control batch from a client, ...).
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
+    #[error("offset {requested} is out of range [{log_start}, {log_end}]")]
+    OffsetOutOfRange {
+        requested: i64,
+        log_start: i64,
+        log_end: i64,
+    },
+    /// A follower append whose first offset is below the log end offset.
+    #[error("unexpected append offset {first_offset}: log end offset is {log_end}")]
+    UnexpectedAppendOffset { first_offset: i64, log_end: i64 },
+    #[error("corrupt checkpoint file {path}: {reason}")]
+    CorruptCheckpoint { path: PathBuf, reason: String },
+}
+
+impl StorageError {
+    /// The Kafka error code a produce/fetch response should carry for this error.
+    pub fn error_code(&self) -> ErrorCode {
+        match self {
+            Self::Io(_) | Self::CorruptCheckpoint { .. } => ErrorCode::KafkaStorageError,
+            Self::CorruptRecord(_) => ErrorCode::CorruptMessage,
+            Self::RecordTooLarge { .. } => ErrorCode::MessageTooLarge,
+            Self::InvalidRecord(_) => ErrorCode::InvalidRecord,
+            Self::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+            Self::UnexpectedAppendOffset { .. } => ErrorCode::UnknownServerError,
+        }
+    }
+}
+
+/// Who is appending, as Kafka's `AppendOrigin`: client batches get the strictest checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendOrigin {
+    Client,
+    Replication,
+    Coordinator,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogAppendInfo {
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+    /// The time stamped into the batches, or -1 unless the log uses LogAppendTime.
+    pub log_append_time: i64,
+    pub num_messages: i64,
+    pub valid_bytes: usize,
+    pub log_start_offset: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchDataInfo {
+    /// Whole batches, exactly as stored.
+    pub records: bytes::Bytes,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampAndOffset {
+    pub timestamp: i64,
+    pub offset: i64,
+    pub leader_epoch: Option<i32>,
+}
+
+/// Splits a partition directory name `<topic>-<partition>` (the topic may itself contain `-`).
+/// Directories being deleted or moved (`-delete`, `-future`, `-stray` suffixes) are not live
+/// partitions and yield `None`.
+pub fn parse_partition_dir_name(name: &str) -> Option<(String, i32)> {
+    if name.ends_with("-delete") || name.ends_with("-future") || name.ends_with("-stray") {
+        return None;
+    }
+    let (topic, partition) = name.rsplit_once('-')?;
+    if topic.is_empty() || partition.is_empty() || !partition.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((topic.to_string(), partition.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_dir_names() {
+        assert_eq!(
+            parse_partition_dir_name("orders-0"),
+            Some(("orders".into(), 0))
+        );
+        assert_eq!(
+            parse_partition_dir_name("my-topic-12"),
+            Some(("my-topic".into(), 12))
+        );
+        assert_eq!(
+            parse_partition_dir_name("__consumer_offsets-49"),
+            Some(("__consumer_offsets".into(), 49))
+        );
+        assert_eq!(parse_partition_dir_name("a.b-3"), Some(("a.b".into(), 3)));
+        assert_eq!(parse_partition_dir_name("orders"), None);
+        assert_eq!(parse_partition_dir_name("orders-"), None);
+        assert_eq!(parse_partition_dir_name("-1"), None);
+        assert_eq!(parse_partition_dir_name("orders-x"), None);
+        assert_eq!(
+            parse_partition_dir_name("orders--1"),
+            Some(("orders-".into(), 1))
+        );
+        assert_eq!(parse_partition_dir_name("orders-99999999999"), None);
+        assert_eq!(
+            parse_partition_dir_name("orders-0.5f1c2d3e4b5a69788796a5b4c3d2e1f0-delete"),
+            None
+        );
+        assert_eq!(
+            parse_partition_dir_name("orders-0.5f1c2d3e4b5a69788796a5b4c3d2e1f0-future"),
+            None
+        );
+    }
+
+    #[test]
+    fn error_codes() {
+        assert_eq!(
+            StorageError::RecordTooLarge { size: 2, max: 1 }.error_code(),
+            ErrorCode::MessageTooLarge
+        );
+        assert_eq!(
+            StorageError::CorruptRecord(String::new()).error_code(),
+            ErrorCode::CorruptMessage
+        );
+    }
+}

@@ -1,0 +1,80 @@
+//! Per-log settings, named and defaulted as Kafka's topic configs.
+
+/// Which timestamp a batch carries once it is in the log (`message.timestamp.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimestampType {
+    #[default]
+    CreateTime,
+    LogAppendTime,
+}
+
+/// The topic-level settings the log itself acts on. `Default` gives Kafka's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// `segment.bytes`
+    pub segment_bytes: u64,
+    /// `segment.ms`
+    pub segment_ms: i64,
+    /// `retention.ms`; -1 = unlimited.
+    pub retention_ms: i64,
+    /// `retention.bytes`; -1 = unlimited.
+    pub retention_bytes: i64,
+    /// `index.interval.bytes`
+    pub index_interval_bytes: u32,
+    /// `segment.index.bytes`
+    pub segment_index_bytes: u32,
+    /// `max.message.bytes`: the largest batch accepted.
+    pub max_message_bytes: u32,
+    /// `flush.messages`
+    pub flush_interval_messages: i64,
+    /// `message.timestamp.type`
+    pub message_timestamp_type: TimestampType,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 1024 * 1024 * 1024,
+            segment_ms: 7 * 24 * 60 * 60 * 1000,
+            retention_ms: 7 * 24 * 60 * 60 * 1000,
+            retention_bytes: -1,
+            index_interval_bytes: 4096,
+            segment_index_bytes: 10 * 1024 * 1024,
+            max_message_bytes: 1024 * 1024 + 12,
+            flush_interval_messages: i64::MAX,
+            message_timestamp_type: TimestampType::CreateTime,
+        }
+    }
+}
+
+impl LogConfig {
+    /// Entries an offset index may hold before the segment must roll.
+    pub(crate) fn max_offset_index_entries(&self) -> usize {
+        (self.segment_index_bytes as usize / crate::index::OFFSET_ENTRY_SIZE).max(1)
+    }
+
+    /// Entries a time index may hold before the segment must roll.
+    pub(crate) fn max_time_index_entries(&self) -> usize {
+        (self.segment_index_bytes as usize / crate::index::TIME_ENTRY_SIZE).max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_kafka() {
+        let c = LogConfig::default();
+        assert_eq!(c.segment_bytes, 1_073_741_824);
+        assert_eq!(c.segment_ms, 604_800_000);
+        assert_eq!(c.retention_ms, 604_800_000);
+        assert_eq!(c.retention_bytes, -1);
+        assert_eq!(c.index_interval_bytes, 4096);
+        assert_eq!(c.segment_index_bytes, 10_485_760);
+        assert_eq!(c.max_message_bytes, 1_048_588);
+        assert_eq!(c.flush_interval_messages, i64::MAX);
+        assert_eq!(c.message_timestamp_type, TimestampType::CreateTime);
+        assert_eq!(c.max_offset_index_entries(), 1_310_720);
+    }
+}

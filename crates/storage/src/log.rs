@@ -1,0 +1,761 @@
+//! [`UnifiedLog`]: one partition's ordered segments, as Kafka's `UnifiedLog` + `LocalLog`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use strom_protocol::batch::{
+    peek_batch_size, set_base_offset, set_log_append_time, set_partition_leader_epoch, BatchError,
+    BatchIter, BatchView, HEADER_SIZE,
+};
+
+use crate::checkpoint::sync_dir;
+use crate::config::{LogConfig, TimestampType};
+use crate::segment::{BatchHeader, LogSegment};
+use crate::{AppendOrigin, FetchDataInfo, LogAppendInfo, StorageError, TimestampAndOffset};
+
+/// ListOffsets' special timestamps, as Kafka's `ListOffsetsRequest`.
+pub const LATEST_TIMESTAMP: i64 = -1;
+pub const EARLIEST_TIMESTAMP: i64 = -2;
+pub const MAX_TIMESTAMP: i64 = -3;
+
+/// What validation learned about the batches of one append.
+struct Analyzed {
+    first_offset: i64,
+    last_offset: i64,
+    max_timestamp: i64,
+    num_messages: i64,
+    batches: usize,
+}
+
+pub struct UnifiedLog {
+    dir: PathBuf,
+    config: LogConfig,
+    /// Keyed by base offset; the last one is the active segment. Never empty.
+    segments: BTreeMap<i64, LogSegment>,
+    log_start_offset: i64,
+    log_end_offset: i64,
+    recovery_point: i64,
+    /// A segment file was created or deleted since the directory was last fsynced.
+    dir_dirty: bool,
+}
+
+fn parse_log_file_name(name: &str) -> Option<i64> {
+    let digits = name.strip_suffix(".log")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+fn batch_error(e: BatchError) -> StorageError {
+    match e {
+        BatchError::UnsupportedMagic(m) => StorageError::InvalidRecord(format!(
+            "unsupported magic {m}, only v2 batches are accepted"
+        )),
+        BatchError::InvalidCount { .. } => StorageError::InvalidRecord(e.to_string()),
+        _ => StorageError::CorruptRecord(e.to_string()),
+    }
+}
+
+impl UnifiedLog {
+    /// Opens (creating if needed) the partition dir, loads segments, recovers. After an unclean
+    /// shutdown every segment from the one holding `recovery_point` on is re-validated and cut
+    /// at the first bad batch (later segments deleted); any segment whose indexes are missing or
+    /// inconsistent has them rebuilt either way. The log start offset is the first segment's base
+    /// offset: a checkpointed one is applied afterwards with
+    /// [`Self::maybe_increment_log_start_offset`].
+    pub fn open(
+        dir: &Path,
+        config: LogConfig,
+        recovery_point: i64,
+        had_clean_shutdown: bool,
+    ) -> Result<Self, StorageError> {
+        std::fs::create_dir_all(dir)?;
+        let mut bases = Vec::new();
+        let mut others = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(base) = parse_log_file_name(&name) {
+                bases.push(base);
+            } else if name.ends_with(".deleted") || name.ends_with(".cleaned") {
+                // Leftovers of an interrupted delete or compaction, as Kafka removes them.
+                std::fs::remove_file(entry.path())?;
+            } else {
+                others.push(name);
+            }
+        }
+        bases.sort_unstable();
+        // Index files whose log is gone would otherwise be picked up by a future segment.
+        for name in others {
+            let stem = name
+                .strip_suffix(".index")
+                .or_else(|| name.strip_suffix(".timeindex"));
+            if let Some(stem) = stem {
+                if stem.len() == 20 && !bases.iter().any(|b| format!("{b:020}") == stem) {
+                    std::fs::remove_file(dir.join(&name))?;
+                }
+            }
+        }
+
+        let recover_from = if had_clean_shutdown {
+            None
+        } else {
+            // The segment holding the recovery point, or the first one.
+            Some(
+                bases
+                    .iter()
+                    .rev()
+                    .find(|&&b| b <= recovery_point)
+                    .or(bases.first())
+                    .copied()
+                    .unwrap_or(0),
+            )
+        };
+        let mut segments = BTreeMap::new();
+        let mut recovered_any = false;
+        let mut cut_at = None;
+        for (i, &base) in bases.iter().enumerate() {
+            let (mut seg, needs_rebuild) = LogSegment::open(dir, base, &config)?;
+            let unflushed = recover_from.is_some_and(|from| base >= from);
+            if needs_rebuild || unflushed {
+                if needs_rebuild {
+                    tracing::info!(dir = %dir.display(), base, "rebuilding indexes");
+                }
+                let truncated = seg.recover()?;
+                recovered_any = true;
+                segments.insert(base, seg);
+                if truncated > 0 && unflushed {
+                    cut_at = Some(i + 1);
+                    break;
+                }
+            } else {
+                segments.insert(base, seg);
+            }
+        }
+        let mut dir_dirty = false;
+        if let Some(cut) = cut_at {
+            // Everything after a torn batch was written after it, so it cannot be trusted.
+            for &base in &bases[cut..] {
+                tracing::warn!(dir = %dir.display(), base, "deleting segment after corruption");
+                let (seg, _) = LogSegment::open(dir, base, &config)?;
+                seg.delete_files()?;
+                dir_dirty = true;
+            }
+        }
+        if segments.is_empty() {
+            segments.insert(
+                0,
+                LogSegment::create(dir, 0, &config, crate::segment::now_ms())?,
+            );
+            dir_dirty = true;
+        }
+        let log_start_offset = *segments.keys().next().expect("non-empty");
+        let log_end_offset = segments
+            .values()
+            .next_back()
+            .expect("non-empty")
+            .next_offset();
+        let mut log = Self {
+            dir: dir.to_path_buf(),
+            config,
+            segments,
+            log_start_offset,
+            log_end_offset,
+            recovery_point: if recovered_any {
+                log_start_offset
+            } else {
+                log_end_offset
+            },
+            dir_dirty,
+        };
+        if recovered_any || dir_dirty {
+            // Make what recovery kept durable, so the recovery point can move to the end.
+            log.recovery_point = log_start_offset;
+            log.flush()?;
+        }
+        Ok(log)
+    }
+
+    /// Checks every batch before anything is written. Offsets are only checked for followers
+    /// (`expected_next` set): leaders overwrite them.
+    fn analyze(
+        &self,
+        records: &[u8],
+        origin: AppendOrigin,
+        expected_next: Option<i64>,
+    ) -> Result<Analyzed, StorageError> {
+        let mut a = Analyzed {
+            first_offset: -1,
+            last_offset: -1,
+            max_timestamp: -1,
+            num_messages: 0,
+            batches: 0,
+        };
+        let max = self.config.max_message_bytes as usize;
+        let mut iter = BatchIter::new(records);
+        for view in &mut iter {
+            let view = view.map_err(batch_error)?;
+            if view.size() > max {
+                return Err(StorageError::RecordTooLarge {
+                    size: view.size(),
+                    max,
+                });
+            }
+            view.validate().map_err(batch_error)?;
+            if origin == AppendOrigin::Client {
+                let count = view.records_count();
+                if count <= 0 || view.last_offset_delta() as i64 + 1 != count as i64 {
+                    return Err(StorageError::InvalidRecord(format!(
+                        "inconsistent batch: {count} records, last offset delta {}",
+                        view.last_offset_delta()
+                    )));
+                }
+                if view.is_control() {
+                    return Err(StorageError::InvalidRecord(
+                        "clients may not write control batches".into(),
+                    ));
+                }
+                if view.producer_id() >= 0 && view.base_sequence() < 0 {
+                    return Err(StorageError::InvalidRecord(format!(
+                        "invalid sequence {} for producer {}",
+                        view.base_sequence(),
+                        view.producer_id()
+                    )));
+                }
+            }
+            if let Some(next) = expected_next {
+                let min = if a.batches == 0 {
+                    next
+                } else {
+                    a.last_offset + 1
+                };
+                if a.batches == 0 && view.base_offset() < next {
+                    return Err(StorageError::UnexpectedAppendOffset {
+                        first_offset: view.base_offset(),
+                        log_end: next,
+                    });
+                }
+                if view.base_offset() < min {
+                    return Err(StorageError::InvalidRecord(format!(
+                        "offsets out of order: batch at {} after {}",
+                        view.base_offset(),
+                        a.last_offset
+                    )));
+                }
+                if a.batches == 0 {
+                    a.first_offset = view.base_offset();
+                }
+                a.last_offset = view.last_offset();
+            }
+            a.max_timestamp = a.max_timestamp.max(view.max_timestamp());
+            a.num_messages += view.records_count() as i64;
+            a.batches += 1;
+        }
+        Ok(a)
+    }
+
+    fn empty_append_info(&self) -> LogAppendInfo {
+        LogAppendInfo {
+            first_offset: -1,
+            last_offset: -1,
+            max_timestamp: -1,
+            log_append_time: -1,
+            num_messages: 0,
+            valid_bytes: 0,
+            log_start_offset: self.log_start_offset,
+        }
+    }
+
+    /// Validates every batch of `records` first, writing nothing if any fails; then copies the
+    /// bytes once, assigns offsets from the log end offset, stamps the leader epoch (and
+    /// LogAppendTime when configured), rolls if needed, writes and indexes.
+    pub fn append_as_leader(
+        &mut self,
+        records: &[u8],
+        leader_epoch: i32,
+        origin: AppendOrigin,
+        now_ms: i64,
+    ) -> Result<LogAppendInfo, StorageError> {
+        let analyzed = self.analyze(records, origin, None)?;
+        if analyzed.batches == 0 {
+            return Ok(self.empty_append_info());
+        }
+        let log_append = self.config.message_timestamp_type == TimestampType::LogAppendTime;
+        let mut buf = records.to_vec();
+        let first_offset = self.log_end_offset;
+        let mut next = first_offset;
+        let mut max_timestamp = -1;
+        let mut pos = 0;
+        while pos < buf.len() {
+            let size = peek_batch_size(&buf[pos..]).map_err(batch_error)?;
+            let batch = &mut buf[pos..pos + size];
+            let delta = BatchView::parse(batch)
+                .map_err(batch_error)?
+                .last_offset_delta();
+            set_base_offset(batch, next);
+            set_partition_leader_epoch(batch, leader_epoch);
+            if log_append {
+                set_log_append_time(batch, now_ms);
+            }
+            max_timestamp = max_timestamp.max(
+                BatchView::parse(batch)
+                    .map_err(batch_error)?
+                    .max_timestamp(),
+            );
+            next += delta as i64 + 1;
+            pos += size;
+        }
+        let last_offset = next - 1;
+        self.maybe_roll(buf.len(), max_timestamp, last_offset, first_offset, now_ms)?;
+        self.active_mut().append(&buf)?;
+        self.log_end_offset = next;
+        self.maybe_flush()?;
+        Ok(LogAppendInfo {
+            first_offset,
+            last_offset,
+            max_timestamp,
+            log_append_time: if log_append { now_ms } else { -1 },
+            num_messages: analyzed.num_messages,
+            valid_bytes: buf.len(),
+            log_start_offset: self.log_start_offset,
+        })
+    }
+
+    /// Follower append: offsets and epochs as the leader assigned them. The first batch must
+    /// start at or after the log end offset and batches must be in offset order.
+    pub fn append_as_follower(
+        &mut self,
+        records: &[u8],
+        now_ms: i64,
+    ) -> Result<LogAppendInfo, StorageError> {
+        let a = self.analyze(
+            records,
+            AppendOrigin::Replication,
+            Some(self.log_end_offset),
+        )?;
+        if a.batches == 0 {
+            return Ok(self.empty_append_info());
+        }
+        self.maybe_roll(
+            records.len(),
+            a.max_timestamp,
+            a.last_offset,
+            a.first_offset,
+            now_ms,
+        )?;
+        if self.active().next_offset() < a.first_offset && self.active().size() > 0 {
+            // Offsets jumped past what this segment holds; keep each segment contiguous.
+            self.roll_at(a.first_offset, now_ms)?;
+        }
+        self.active_mut().append(records)?;
+        self.log_end_offset = a.last_offset + 1;
+        self.maybe_flush()?;
+        Ok(LogAppendInfo {
+            first_offset: a.first_offset,
+            last_offset: a.last_offset,
+            max_timestamp: a.max_timestamp,
+            log_append_time: -1,
+            num_messages: a.num_messages,
+            valid_bytes: records.len(),
+            log_start_offset: self.log_start_offset,
+        })
+    }
+
+    fn maybe_roll(
+        &mut self,
+        size: usize,
+        max_timestamp: i64,
+        max_offset: i64,
+        first_offset: i64,
+        now_ms: i64,
+    ) -> Result<(), StorageError> {
+        let roll = self
+            .active()
+            .should_roll(&self.config, size, max_timestamp, max_offset, now_ms)
+            || (self.active().size() == 0
+                && max_offset - self.active().base_offset() > i32::MAX as i64);
+        if roll {
+            self.roll_at(first_offset.max(self.log_end_offset), now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Starts a new active segment at `base`. An empty active segment is replaced rather than
+    /// left behind.
+    fn roll_at(&mut self, base: i64, now_ms: i64) -> Result<(), StorageError> {
+        let active_base = self.active().base_offset();
+        if self.active().size() == 0 {
+            if active_base == base {
+                return Ok(());
+            }
+            let old = self.segments.remove(&active_base).expect("active");
+            old.delete_files()?;
+        } else {
+            self.active_mut().on_become_inactive()?;
+        }
+        let seg = LogSegment::create(&self.dir, base, &self.config, now_ms)?;
+        self.segments.insert(base, seg);
+        self.dir_dirty = true;
+        if self.segments.len() == 1 {
+            self.log_start_offset = self.log_start_offset.max(base);
+        }
+        Ok(())
+    }
+
+    /// Starts a new active segment at the log end offset (no-op if the active one is empty).
+    pub fn roll(&mut self, now_ms: i64) -> Result<(), StorageError> {
+        self.roll_at(self.log_end_offset, now_ms)
+    }
+
+    fn maybe_flush(&mut self) -> Result<(), StorageError> {
+        if self.log_end_offset - self.recovery_point >= self.config.flush_interval_messages {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Whole batches starting with the one containing `start_offset`, up to `max_bytes`, never
+    /// including a batch whose base offset is >= `max_offset`. With `min_one_message` a first
+    /// batch larger than `max_bytes` is returned whole (Kafka's first-batch exception).
+    pub fn read(
+        &self,
+        start_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_message: bool,
+    ) -> Result<FetchDataInfo, StorageError> {
+        let (log_start, log_end) = (self.log_start_offset, self.log_end_offset);
+        if start_offset < log_start || start_offset > log_end {
+            return Err(StorageError::OffsetOutOfRange {
+                requested: start_offset,
+                log_start,
+                log_end,
+            });
+        }
+        let mut out: Vec<u8> = Vec::new();
+        let floor = self
+            .segments
+            .range(..=start_offset)
+            .next_back()
+            .map_or(log_start, |(b, _)| *b);
+        let mut from = start_offset;
+        'segments: for seg in self.segments.range(floor..).map(|(_, s)| s) {
+            if from >= log_end {
+                break;
+            }
+            let Some((pos, first)) = seg.translate_offset(from)? else {
+                continue;
+            };
+            if first.base_offset >= max_offset {
+                break;
+            }
+            let remaining = max_bytes - out.len();
+            if first.size > remaining {
+                if out.is_empty() && min_one_message {
+                    out = seg.read_at(pos, first.size)?;
+                }
+                break;
+            }
+            let available = (seg.size() - pos) as usize;
+            let mut chunk = seg.read_at(pos, remaining.min(available))?;
+            let mut taken = 0;
+            while chunk.len() - taken >= HEADER_SIZE {
+                let h = BatchHeader::parse(&chunk[taken..])
+                    .map_err(|e| StorageError::CorruptRecord(e.to_string()))?;
+                if h.base_offset >= max_offset || taken + h.size > chunk.len() {
+                    break;
+                }
+                taken += h.size;
+            }
+            let finished_segment = taken == available;
+            chunk.truncate(taken);
+            if out.is_empty() {
+                out = chunk;
+            } else {
+                out.extend_from_slice(&chunk);
+            }
+            if !finished_segment {
+                break 'segments;
+            }
+            from = seg.next_offset();
+        }
+        Ok(FetchDataInfo {
+            records: Bytes::from(out),
+            log_start_offset: log_start,
+            log_end_offset: log_end,
+        })
+    }
+
+    /// ListOffsets by timestamp: the first offset at or after the log start whose record
+    /// timestamp is >= `ts`. Also answers Kafka's special timestamps: -1 (latest: the log end
+    /// offset), -2 (earliest: the log start offset) and -3 (max timestamp). The leader epoch is
+    /// the epoch stamped in the batch holding the record (`None` for -1/-2).
+    pub fn fetch_offset_by_timestamp(
+        &self,
+        ts: i64,
+    ) -> Result<Option<TimestampAndOffset>, StorageError> {
+        match ts {
+            LATEST_TIMESTAMP | EARLIEST_TIMESTAMP => {
+                let offset = if ts == LATEST_TIMESTAMP {
+                    self.log_end_offset
+                } else {
+                    self.log_start_offset
+                };
+                return Ok(Some(TimestampAndOffset {
+                    timestamp: -1,
+                    offset,
+                    leader_epoch: None,
+                }));
+            }
+            MAX_TIMESTAMP => return self.max_timestamp_and_offset(),
+            _ => {}
+        }
+        for seg in self.segments.values() {
+            if seg.max_timestamp().timestamp < ts || seg.next_offset() <= self.log_start_offset {
+                continue;
+            }
+            if let Some(found) = seg.find_offset_by_timestamp(ts, self.log_start_offset)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    /// ListOffsets MAX_TIMESTAMP: the record with the largest timestamp (the first such).
+    pub fn max_timestamp_and_offset(&self) -> Result<Option<TimestampAndOffset>, StorageError> {
+        let mut best: Option<&LogSegment> = None;
+        for seg in self.segments.values() {
+            if best.is_none_or(|b| seg.max_timestamp().timestamp > b.max_timestamp().timestamp) {
+                best = Some(seg);
+            }
+        }
+        match best {
+            Some(seg) => seg.max_timestamp_and_offset(),
+            None => Ok(None),
+        }
+    }
+
+    /// Retention with the whole log eligible (the high watermark taken to be the log end).
+    pub fn delete_old_segments(&mut self, now_ms: i64) -> Result<usize, StorageError> {
+        self.delete_old_segments_below(now_ms, self.log_end_offset)
+    }
+
+    /// Retention as Kafka runs it: only segments wholly below `high_watermark` are eligible.
+    /// Deletes segments past `retention.ms`, then the oldest while the log exceeds
+    /// `retention.bytes` by at least a segment, then those wholly below the log start offset.
+    pub fn delete_old_segments_below(
+        &mut self,
+        now_ms: i64,
+        high_watermark: i64,
+    ) -> Result<usize, StorageError> {
+        let mut deleted = 0;
+        let retention_ms = self.config.retention_ms;
+        if retention_ms >= 0 {
+            deleted += self.delete_segments_while(high_watermark, now_ms, |seg, _| {
+                now_ms - seg.largest_timestamp() > retention_ms
+            })?;
+        }
+        let retention_bytes = self.config.retention_bytes;
+        if retention_bytes >= 0 && self.size_in_bytes() as i64 >= retention_bytes {
+            let mut diff = self.size_in_bytes() as i64 - retention_bytes;
+            deleted += self.delete_segments_while(high_watermark, now_ms, |seg, _| {
+                if diff - seg.size() as i64 >= 0 {
+                    diff -= seg.size() as i64;
+                    true
+                } else {
+                    false
+                }
+            })?;
+        }
+        let start = self.log_start_offset;
+        deleted += self.delete_segments_while(high_watermark, now_ms, |_, next| {
+            next.is_some_and(|n| n.base_offset() <= start)
+        })?;
+        Ok(deleted)
+    }
+
+    /// Kafka's `deleteOldSegments(predicate)`: deletes from the oldest segment while
+    /// `pred(segment, next)` holds, rolling first if every segment is to go.
+    fn delete_segments_while(
+        &mut self,
+        high_watermark: i64,
+        now_ms: i64,
+        mut pred: impl FnMut(&LogSegment, Option<&LogSegment>) -> bool,
+    ) -> Result<usize, StorageError> {
+        let mut doomed = Vec::new();
+        let mut iter = self.segments.values().peekable();
+        while let Some(seg) = iter.next() {
+            let next = iter.peek().copied();
+            let upper = next.map_or(self.log_end_offset, |n| n.base_offset());
+            let last_and_empty = next.is_none() && seg.size() == 0;
+            if high_watermark >= upper && !last_and_empty && pred(seg, next) {
+                doomed.push(seg.base_offset());
+            } else {
+                break;
+            }
+        }
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        if doomed.len() == self.segments.len() {
+            self.roll(now_ms)?;
+        }
+        for base in &doomed {
+            let seg = self.segments.remove(base).expect("listed");
+            seg.delete_files()?;
+        }
+        self.dir_dirty = true;
+        let first = *self.segments.keys().next().expect("active kept");
+        self.log_start_offset = self.log_start_offset.max(first);
+        self.recovery_point = self.recovery_point.max(self.log_start_offset);
+        Ok(doomed.len())
+    }
+
+    /// Moves the log start offset forward (DeleteRecords, or a checkpointed value after open)
+    /// and deletes segments wholly below it.
+    pub fn maybe_increment_log_start_offset(&mut self, new_start: i64) -> Result<(), StorageError> {
+        if new_start > self.log_end_offset {
+            return Err(StorageError::OffsetOutOfRange {
+                requested: new_start,
+                log_start: self.log_start_offset,
+                log_end: self.log_end_offset,
+            });
+        }
+        if new_start <= self.log_start_offset {
+            return Ok(());
+        }
+        self.log_start_offset = new_start;
+        let hw = self.log_end_offset;
+        self.delete_segments_while(hw, crate::segment::now_ms(), |_, next| {
+            next.is_some_and(|n| n.base_offset() <= new_start)
+        })?;
+        Ok(())
+    }
+
+    /// Removes every batch whose last offset is >= `offset` (a batch containing `offset` goes
+    /// whole, so the log end offset may end up below `offset`). A target below the first segment
+    /// empties the log and restarts it at `offset`.
+    pub fn truncate_to(&mut self, offset: i64) -> Result<(), StorageError> {
+        if offset < 0 {
+            return Err(StorageError::OffsetOutOfRange {
+                requested: offset,
+                log_start: self.log_start_offset,
+                log_end: self.log_end_offset,
+            });
+        }
+        if offset >= self.log_end_offset {
+            return Ok(());
+        }
+        let first = *self.segments.keys().next().expect("non-empty");
+        if offset < first {
+            for (_, seg) in std::mem::take(&mut self.segments) {
+                seg.delete_files()?;
+            }
+            let seg =
+                LogSegment::create(&self.dir, offset, &self.config, crate::segment::now_ms())?;
+            self.segments.insert(offset, seg);
+            self.log_start_offset = offset;
+            self.log_end_offset = offset;
+        } else {
+            let doomed: Vec<i64> = self.segments.range(offset + 1..).map(|(b, _)| *b).collect();
+            for base in doomed {
+                self.segments
+                    .remove(&base)
+                    .expect("listed")
+                    .delete_files()?;
+            }
+            let active = self.active_mut();
+            active.truncate_to(offset)?;
+            self.log_end_offset = self.active().next_offset();
+            self.log_start_offset = self.log_start_offset.min(self.log_end_offset);
+        }
+        self.dir_dirty = true;
+        self.recovery_point = self.recovery_point.min(self.log_end_offset);
+        Ok(())
+    }
+
+    /// Fsyncs every segment that may hold unflushed data (and the directory, if segments came
+    /// or went), then moves the recovery point to the log end offset.
+    pub fn flush(&mut self) -> Result<(), StorageError> {
+        let floor = self
+            .segments
+            .range(..=self.recovery_point)
+            .next_back()
+            .map_or(i64::MIN, |(b, _)| *b);
+        for seg in self.segments.range(floor..).map(|(_, s)| s) {
+            seg.flush()?;
+        }
+        if self.dir_dirty {
+            sync_dir(&self.dir)?;
+            self.dir_dirty = false;
+        }
+        self.recovery_point = self.log_end_offset;
+        Ok(())
+    }
+
+    /// Flushes and leaves the files as Kafka's clean shutdown does (the active segment's largest
+    /// timestamp in its time index). Index files are never preallocated, so nothing to trim.
+    pub fn close(&mut self) -> Result<(), StorageError> {
+        self.active_mut().close()?;
+        self.flush()
+    }
+
+    pub fn update_config(&mut self, config: LogConfig) {
+        for seg in self.segments.values_mut() {
+            seg.update_config(&config);
+        }
+        self.config = config;
+    }
+
+    /// Removes the partition directory (DeleteTopics).
+    pub fn delete(self) -> Result<(), StorageError> {
+        let dir = self.dir.clone();
+        drop(self);
+        std::fs::remove_dir_all(&dir)?;
+        if let Some(parent) = dir.parent() {
+            sync_dir(parent)?;
+        }
+        Ok(())
+    }
+
+    fn active(&self) -> &LogSegment {
+        self.segments.values().next_back().expect("never empty")
+    }
+
+    fn active_mut(&mut self) -> &mut LogSegment {
+        self.segments.values_mut().next_back().expect("never empty")
+    }
+
+    /// The segments, oldest first (the last is the active one).
+    pub fn segments(&self) -> impl Iterator<Item = &LogSegment> {
+        self.segments.values()
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset
+    }
+    pub fn recovery_point(&self) -> i64 {
+        self.recovery_point
+    }
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn size_in_bytes(&self) -> u64 {
+        self.segments.values().map(|s| s.size()).sum()
+    }
+    pub fn num_segments(&self) -> usize {
+        self.segments.len()
+    }
+}
+
+#[cfg(test)]
+#[path = "log_tests.rs"]
+mod tests;

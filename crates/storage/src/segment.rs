@@ -1,0 +1,604 @@
+//! One segment of a partition log: the `.log` file of concatenated batches and its two indexes,
+//! as Kafka's `LogSegment`.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use strom_protocol::batch::{self, peek_batch_size, BatchError, BatchIter, HEADER_SIZE};
+use strom_protocol::records::RecordBatchDecoder;
+
+use crate::config::LogConfig;
+use crate::index::{OffsetIndex, TimeIndex, TimestampOffset};
+use crate::{StorageError, TimestampAndOffset};
+
+/// Recovery reads the log in chunks of this size (or one batch, if larger).
+const RECOVERY_CHUNK: usize = 1 << 20;
+
+pub fn log_file_name(base_offset: i64) -> String {
+    format!("{base_offset:020}.log")
+}
+pub fn offset_index_file_name(base_offset: i64) -> String {
+    format!("{base_offset:020}.index")
+}
+pub fn time_index_file_name(base_offset: i64) -> String {
+    format!("{base_offset:020}.timeindex")
+}
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn be_i32(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn be_i64(b: &[u8], at: usize) -> i64 {
+    i64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// The header fields the log acts on, read from the first [`HEADER_SIZE`] bytes of a batch
+/// without needing the rest of it in memory (the protocol crate's `BatchView` wants the whole
+/// batch, which a header walk over a file does not have).
+#[derive(Debug, Clone, Copy)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub size: usize,
+    pub max_timestamp: i64,
+    pub partition_leader_epoch: i32,
+}
+
+impl BatchHeader {
+    pub fn parse(buf: &[u8]) -> Result<Self, BatchError> {
+        let size = peek_batch_size(buf)?;
+        if buf.len() < HEADER_SIZE {
+            return Err(BatchError::Truncated {
+                needed: HEADER_SIZE,
+                available: buf.len(),
+            });
+        }
+        let base_offset = be_i64(buf, batch::BASE_OFFSET_OFFSET);
+        Ok(Self {
+            base_offset,
+            last_offset: base_offset + be_i32(buf, batch::LAST_OFFSET_DELTA_OFFSET) as i64,
+            size,
+            max_timestamp: be_i64(buf, batch::MAX_TIMESTAMP_OFFSET),
+            partition_leader_epoch: be_i32(buf, batch::PARTITION_LEADER_EPOCH_OFFSET),
+        })
+    }
+
+    fn leader_epoch(&self) -> Option<i32> {
+        (self.partition_leader_epoch >= 0).then_some(self.partition_leader_epoch)
+    }
+}
+
+fn corrupt(path: &Path, pos: u64, what: impl std::fmt::Display) -> StorageError {
+    StorageError::CorruptRecord(format!("{} at position {pos}: {what}", path.display()))
+}
+
+pub struct LogSegment {
+    base_offset: i64,
+    log_path: PathBuf,
+    log: File,
+    size: u64,
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    index_interval_bytes: u64,
+    bytes_since_last_index_entry: u64,
+    /// Largest timestamp in the segment and the (batch last) offset carrying it; (-1, base)
+    /// while unknown, as Kafka's `TimestampOffset.UNKNOWN`.
+    max_timestamp: TimestampOffset,
+    /// The first batch's max timestamp, which `segment.ms` rolling is measured from.
+    rolling_based_timestamp: Option<i64>,
+    created_ms: i64,
+    next_offset: i64,
+}
+
+impl LogSegment {
+    /// Creates a new, empty segment, replacing any files of the same base offset.
+    pub fn create(dir: &Path, base_offset: i64, config: &LogConfig, now: i64) -> io::Result<Self> {
+        let log_path = dir.join(log_file_name(base_offset));
+        let log = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&log_path)?;
+        Ok(Self {
+            base_offset,
+            log_path,
+            log,
+            size: 0,
+            offset_index: OffsetIndex::create(
+                &dir.join(offset_index_file_name(base_offset)),
+                base_offset,
+                config.max_offset_index_entries(),
+            )?,
+            time_index: TimeIndex::create(
+                &dir.join(time_index_file_name(base_offset)),
+                base_offset,
+                config.max_time_index_entries(),
+            )?,
+            index_interval_bytes: config.index_interval_bytes as u64,
+            bytes_since_last_index_entry: 0,
+            max_timestamp: TimestampOffset {
+                timestamp: -1,
+                offset: base_offset,
+            },
+            rolling_based_timestamp: None,
+            created_ms: now,
+            next_offset: base_offset,
+        })
+    }
+
+    /// Opens an existing segment. The bool is true when its indexes were missing or failed the
+    /// sanity checks (or the log tail does not parse): the caller must then [`Self::recover`] it
+    /// before use.
+    pub fn open(
+        dir: &Path,
+        base_offset: i64,
+        config: &LogConfig,
+    ) -> Result<(Self, bool), StorageError> {
+        let log_path = dir.join(log_file_name(base_offset));
+        let log = OpenOptions::new().read(true).write(true).open(&log_path)?;
+        let size = log.metadata()?.len();
+        let oi_path = dir.join(offset_index_file_name(base_offset));
+        let ti_path = dir.join(time_index_file_name(base_offset));
+        let max_oi = config.max_offset_index_entries();
+        let max_ti = config.max_time_index_entries();
+        let loaded = OffsetIndex::load(&oi_path, base_offset, max_oi, size)?;
+        let offset_ok = loaded.is_some();
+        let offset_index = match loaded {
+            Some(i) => i,
+            None => OffsetIndex::create(&oi_path, base_offset, max_oi)?,
+        };
+        let loaded = TimeIndex::load(&ti_path, base_offset, max_ti, None)?;
+        let time_ok = loaded.is_some();
+        let time_index = match loaded {
+            Some(i) => i,
+            None => TimeIndex::create(&ti_path, base_offset, max_ti)?,
+        };
+        let mut seg = Self {
+            base_offset,
+            log_path,
+            log,
+            size,
+            offset_index,
+            time_index,
+            index_interval_bytes: config.index_interval_bytes as u64,
+            bytes_since_last_index_entry: 0,
+            max_timestamp: TimestampOffset {
+                timestamp: -1,
+                offset: base_offset,
+            },
+            rolling_based_timestamp: None,
+            created_ms: now_ms(),
+            next_offset: base_offset,
+        };
+        if !offset_ok || !time_ok || seg.load_tail().is_err() {
+            return Ok((seg, true));
+        }
+        match seg.time_index.last_entry() {
+            // An entry beyond the data means the time index belongs to a longer log.
+            Some(last) if last.offset >= seg.next_offset => return Ok((seg, true)),
+            Some(last) if last.timestamp > seg.max_timestamp.timestamp => seg.max_timestamp = last,
+            _ => {}
+        }
+        Ok((seg, false))
+    }
+
+    /// Derives the in-memory state Kafka keeps (next offset, max timestamp after the last index
+    /// entry, first batch timestamp, bytes since the last index entry) by walking batch headers
+    /// from the last offset-index entry to the end. Fails if the walk does not land exactly on
+    /// the end of the file or the last index entry does not name the batch it points at.
+    fn load_tail(&mut self) -> Result<(), StorageError> {
+        self.rolling_based_timestamp = None;
+        if self.size > 0 {
+            self.rolling_based_timestamp = Some(self.read_header(0)?.max_timestamp);
+        }
+        let start = self.offset_index.last_entry();
+        let mut pos = start.map_or(0, |e| e.position as u64);
+        let mut max = TimestampOffset {
+            timestamp: -1,
+            offset: self.base_offset,
+        };
+        let mut next = self.base_offset;
+        let mut first = true;
+        while pos < self.size {
+            let h = self.read_header(pos)?;
+            if first {
+                if let Some(e) = start {
+                    if h.last_offset != e.offset {
+                        return Err(corrupt(&self.log_path, pos, "index entry mismatch"));
+                    }
+                }
+                first = false;
+            }
+            if h.max_timestamp > max.timestamp {
+                max = TimestampOffset {
+                    timestamp: h.max_timestamp,
+                    offset: h.last_offset,
+                };
+            }
+            next = h.last_offset + 1;
+            pos += h.size as u64;
+        }
+        if pos != self.size {
+            return Err(corrupt(&self.log_path, pos, "batch runs past end of file"));
+        }
+        self.next_offset = next;
+        self.max_timestamp = max;
+        // The last indexed batch itself counts, as in Kafka's append bookkeeping.
+        self.bytes_since_last_index_entry = self.size - start.map_or(0, |e| e.position as u64);
+        Ok(())
+    }
+
+    /// Kafka's `LogSegment.recover`: re-validates every batch (structure, CRC, offset order),
+    /// rebuilds both indexes and truncates the log at the first bad batch. Returns the number of
+    /// bytes truncated.
+    pub fn recover(&mut self) -> Result<u64, StorageError> {
+        self.offset_index.reset()?;
+        self.time_index.reset()?;
+        self.bytes_since_last_index_entry = 0;
+        self.max_timestamp = TimestampOffset {
+            timestamp: -1,
+            offset: self.base_offset,
+        };
+        self.rolling_based_timestamp = None;
+        self.next_offset = self.base_offset;
+        let file_len = self.log.metadata()?.len();
+        let mut valid = 0u64;
+        let mut chunk = RECOVERY_CHUNK;
+        let mut buf = Vec::new();
+        'scan: while valid < file_len {
+            let len = (chunk as u64).min(file_len - valid) as usize;
+            buf.resize(len, 0);
+            self.log.read_exact_at(&mut buf, valid)?;
+            let mut consumed = 0usize;
+            let mut need = None;
+            for item in BatchIter::new(&buf) {
+                let view = match item {
+                    Ok(v) => v,
+                    Err(BatchError::Truncated { needed, .. }) => {
+                        need = Some(needed);
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(path = %self.log_path.display(), pos = valid + consumed as u64, "recovery: {e}");
+                        valid += consumed as u64;
+                        break 'scan;
+                    }
+                };
+                let in_order = view.base_offset() >= self.next_offset
+                    && view.last_offset() >= view.base_offset()
+                    && view.last_offset() - self.base_offset <= i32::MAX as i64;
+                if let Err(e) = view.validate() {
+                    tracing::warn!(path = %self.log_path.display(), pos = valid + consumed as u64, "recovery: {e}");
+                    valid += consumed as u64;
+                    break 'scan;
+                }
+                if !in_order {
+                    tracing::warn!(path = %self.log_path.display(), pos = valid + consumed as u64, "recovery: offsets out of order");
+                    valid += consumed as u64;
+                    break 'scan;
+                }
+                self.on_batch(
+                    valid + consumed as u64,
+                    view.last_offset(),
+                    view.max_timestamp(),
+                    view.size(),
+                )?;
+                consumed += view.size();
+            }
+            valid += consumed as u64;
+            match need {
+                Some(needed) if valid + needed as u64 <= file_len => {
+                    chunk = needed.max(RECOVERY_CHUNK);
+                }
+                Some(_) => break,
+                None => chunk = RECOVERY_CHUNK,
+            }
+        }
+        let truncated = file_len - valid;
+        if truncated > 0 {
+            tracing::warn!(path = %self.log_path.display(), truncated, "recovery truncated invalid bytes");
+            self.log.set_len(valid)?;
+        }
+        self.size = valid;
+        // A normally closed segment ends with its largest timestamp in the time index.
+        self.time_index
+            .maybe_append(self.max_timestamp.timestamp, self.max_timestamp.offset)?;
+        Ok(truncated)
+    }
+
+    /// Per-batch bookkeeping shared by append and recovery, so a rebuilt index is identical to
+    /// the one written while appending.
+    fn on_batch(
+        &mut self,
+        position: u64,
+        last_offset: i64,
+        max_ts: i64,
+        size: usize,
+    ) -> io::Result<()> {
+        if self.rolling_based_timestamp.is_none() {
+            self.rolling_based_timestamp = Some(max_ts);
+        }
+        if max_ts > self.max_timestamp.timestamp {
+            self.max_timestamp = TimestampOffset {
+                timestamp: max_ts,
+                offset: last_offset,
+            };
+        }
+        if self.bytes_since_last_index_entry > self.index_interval_bytes {
+            self.offset_index.append(last_offset, position as u32)?;
+            self.time_index
+                .maybe_append(self.max_timestamp.timestamp, self.max_timestamp.offset)?;
+            self.bytes_since_last_index_entry = 0;
+        }
+        self.bytes_since_last_index_entry += size as u64;
+        self.next_offset = last_offset + 1;
+        Ok(())
+    }
+
+    /// Appends already validated batches with their final offsets.
+    pub fn append(&mut self, records: &[u8]) -> Result<(), StorageError> {
+        let start = self.size;
+        if let Err(e) = self.log.write_all_at(records, start) {
+            // Leave no partial batch behind for the next append to land after.
+            let _ = self.log.set_len(start);
+            return Err(e.into());
+        }
+        let mut pos = start;
+        for view in BatchIter::new(records) {
+            let view = view.map_err(|e| StorageError::CorruptRecord(e.to_string()))?;
+            self.on_batch(pos, view.last_offset(), view.max_timestamp(), view.size())?;
+            pos += view.size() as u64;
+        }
+        self.size = pos;
+        Ok(())
+    }
+
+    /// Kafka's `LogSegment.shouldRoll` (without jitter).
+    pub fn should_roll(
+        &self,
+        config: &LogConfig,
+        messages_size: usize,
+        max_timestamp_in_messages: i64,
+        max_offset_in_messages: i64,
+        now: i64,
+    ) -> bool {
+        // Rolling an empty segment would only replace it with another empty one.
+        if self.size == 0 {
+            return false;
+        }
+        // Positions in the index are int32.
+        let max_bytes = config.segment_bytes.min(i32::MAX as u64);
+        let waited = match self.rolling_based_timestamp {
+            Some(ts) if ts >= 0 => max_timestamp_in_messages - ts,
+            _ => now - self.created_ms,
+        };
+        self.size + messages_size as u64 > max_bytes
+            || waited > config.segment_ms
+            || self.offset_index.is_full()
+            || self.time_index.is_full()
+            || max_offset_in_messages - self.base_offset > i32::MAX as i64
+    }
+
+    pub fn read_header(&self, pos: u64) -> Result<BatchHeader, StorageError> {
+        if pos + HEADER_SIZE as u64 > self.size {
+            return Err(corrupt(&self.log_path, pos, "truncated batch header"));
+        }
+        let mut buf = [0u8; HEADER_SIZE];
+        self.log.read_exact_at(&mut buf, pos)?;
+        let h = BatchHeader::parse(&buf).map_err(|e| corrupt(&self.log_path, pos, e))?;
+        if pos + h.size as u64 > self.size {
+            return Err(corrupt(&self.log_path, pos, "batch runs past end of file"));
+        }
+        Ok(h)
+    }
+
+    /// Reads `len` bytes at `pos` (clamped to the segment size).
+    pub fn read_at(&self, pos: u64, len: usize) -> Result<Vec<u8>, StorageError> {
+        let len = (len as u64).min(self.size.saturating_sub(pos)) as usize;
+        let mut buf = vec![0u8; len];
+        self.log.read_exact_at(&mut buf, pos)?;
+        Ok(buf)
+    }
+
+    /// The position and header of the first batch whose last offset is >= `offset`.
+    pub fn translate_offset(
+        &self,
+        offset: i64,
+    ) -> Result<Option<(u64, BatchHeader)>, StorageError> {
+        let mut pos = self.offset_index.lookup(offset).position as u64;
+        while pos < self.size {
+            let h = self.read_header(pos)?;
+            if h.last_offset >= offset {
+                return Ok(Some((pos, h)));
+            }
+            pos += h.size as u64;
+        }
+        Ok(None)
+    }
+
+    /// The first record at or after `starting_offset` whose timestamp is >= `ts`.
+    pub fn find_offset_by_timestamp(
+        &self,
+        ts: i64,
+        starting_offset: i64,
+    ) -> Result<Option<TimestampAndOffset>, StorageError> {
+        let from = self
+            .time_index
+            .lookup_before(ts)
+            .map_or(self.base_offset, |e| e.offset);
+        let mut pos = self.offset_index.lookup(from.max(starting_offset)).position as u64;
+        while pos < self.size {
+            let h = self.read_header(pos)?;
+            if h.last_offset >= starting_offset && h.max_timestamp >= ts {
+                let found =
+                    self.search_batch(pos, &h, |offset, t| offset >= starting_offset && t >= ts)?;
+                if found.is_some() {
+                    return Ok(found);
+                }
+            }
+            pos += h.size as u64;
+        }
+        Ok(None)
+    }
+
+    /// The record with the segment's largest timestamp (the first such, by offset).
+    pub fn max_timestamp_and_offset(&self) -> Result<Option<TimestampAndOffset>, StorageError> {
+        let max = self.max_timestamp;
+        if max.timestamp < 0 {
+            return Ok(None);
+        }
+        let mut pos = self.offset_index.lookup(max.offset).position as u64;
+        // The batch holding the max may precede the index entry keyed at its offset only if the
+        // index is keyed at a later batch, which lookup(max.offset) excludes.
+        while pos < self.size {
+            let h = self.read_header(pos)?;
+            if h.max_timestamp == max.timestamp {
+                return self.search_batch(pos, &h, |_, t| t == max.timestamp);
+            }
+            pos += h.size as u64;
+        }
+        Ok(None)
+    }
+
+    /// Decodes one batch and returns the first record matching `pred(offset, timestamp)`.
+    fn search_batch(
+        &self,
+        pos: u64,
+        h: &BatchHeader,
+        pred: impl Fn(i64, i64) -> bool,
+    ) -> Result<Option<TimestampAndOffset>, StorageError> {
+        let bytes = self.read_at(pos, h.size)?;
+        let view = batch::BatchView::parse(&bytes).map_err(|e| corrupt(&self.log_path, pos, e))?;
+        if view.is_log_append_time() {
+            // Every record of a LogAppendTime batch has the batch's max timestamp.
+            for offset in h.base_offset..=h.last_offset {
+                if pred(offset, h.max_timestamp) {
+                    return Ok(Some(TimestampAndOffset {
+                        timestamp: h.max_timestamp,
+                        offset,
+                        leader_epoch: h.leader_epoch(),
+                    }));
+                }
+            }
+            return Ok(None);
+        }
+        let set = RecordBatchDecoder::decode(&mut &bytes[..])
+            .map_err(|e| corrupt(&self.log_path, pos, e))?;
+        Ok(set
+            .records
+            .iter()
+            .find(|r| pred(r.offset, r.timestamp))
+            .map(|r| TimestampAndOffset {
+                timestamp: r.timestamp,
+                offset: r.offset,
+                leader_epoch: h.leader_epoch(),
+            }))
+    }
+
+    /// Drops every batch whose last offset is >= `offset` (so a batch containing `offset` goes
+    /// whole). Returns the bytes removed.
+    pub fn truncate_to(&mut self, offset: i64) -> Result<u64, StorageError> {
+        let mapping = self.translate_offset(offset)?;
+        self.offset_index.truncate_to(offset)?;
+        self.time_index.truncate_to(offset)?;
+        let mut removed = 0;
+        if let Some((pos, _)) = mapping {
+            removed = self.size - pos;
+            self.log.set_len(pos)?;
+            self.size = pos;
+        }
+        self.load_tail()?;
+        if let Some(last) = self.time_index.last_entry() {
+            if last.timestamp > self.max_timestamp.timestamp {
+                self.max_timestamp = last;
+            }
+        }
+        if self.size == 0 {
+            self.created_ms = now_ms();
+        }
+        Ok(removed)
+    }
+
+    /// Called when the segment stops being the active one: its largest timestamp goes into the
+    /// time index so retention can find it after a restart.
+    pub fn on_become_inactive(&mut self) -> io::Result<()> {
+        self.time_index
+            .maybe_append(self.max_timestamp.timestamp, self.max_timestamp.offset)
+    }
+
+    pub fn flush(&self) -> io::Result<()> {
+        self.log.sync_all()?;
+        self.offset_index.flush()?;
+        self.time_index.flush()
+    }
+
+    pub fn close(&mut self) -> io::Result<()> {
+        self.on_become_inactive()?;
+        self.flush()
+    }
+
+    pub fn delete_files(self) -> io::Result<()> {
+        for p in [
+            self.log_path.as_path(),
+            self.offset_index.path(),
+            self.time_index.path(),
+        ] {
+            match std::fs::remove_file(p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    pub fn update_config(&mut self, config: &LogConfig) {
+        self.index_interval_bytes = config.index_interval_bytes as u64;
+        self.offset_index
+            .set_max_entries(config.max_offset_index_entries());
+        self.time_index
+            .set_max_entries(config.max_time_index_entries());
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    /// The offset after the last batch, or the base offset if the segment is empty.
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+    pub fn max_timestamp(&self) -> TimestampOffset {
+        self.max_timestamp
+    }
+    /// Kafka's `largestTimestamp`: the max record timestamp, or the file's mtime if none.
+    pub fn largest_timestamp(&self) -> i64 {
+        if self.max_timestamp.timestamp >= 0 {
+            return self.max_timestamp.timestamp;
+        }
+        self.log
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_millis() as i64)
+    }
+    pub fn offset_index(&self) -> &OffsetIndex {
+        &self.offset_index
+    }
+    pub fn time_index(&self) -> &TimeIndex {
+        &self.time_index
+    }
+}
