@@ -1,1 +1,51 @@
-//! Placeholder: being written.
+//! The broker: it owns the listener and connections, decodes requests, runs the handlers, and
+//! hosts partition replicas through the [`replica_manager::ReplicaManager`].
+//!
+//! - [`server`]: start-up, the accept loop, background chores, clean shutdown.
+//! - [`connection`]: one task per connection; requests are answered in order, on the task that
+//!   read them (no hand-off to another thread on the request path).
+//! - [`handlers`]: one module per Kafka API; each maps internal errors to that API's codes.
+//! - [`replica_manager`] / [`partition`]: hosted partitions, their logs, HW and delayed fetches.
+//! - [`config`]: Kafka-named broker properties and per-topic log configs.
+
+pub mod config;
+pub mod connection;
+pub mod handlers;
+pub mod partition;
+pub mod replica_manager;
+pub mod server;
+
+use base64::Engine;
+use uuid::Uuid;
+
+pub use server::{Broker, Server};
+
+/// Kafka prints topic and cluster ids as URL-safe base64 without padding.
+pub fn topic_id_string(id: &Uuid) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.as_bytes())
+}
+
+pub fn parse_topic_id_string(s: &str) -> Option<Uuid> {
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(s)
+        .ok()?;
+    Uuid::from_slice(&bytes).ok()
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn topic_id_round_trip() {
+        let id = uuid::Uuid::new_v4();
+        let s = super::topic_id_string(&id);
+        assert_eq!(s.len(), 22);
+        assert_eq!(super::parse_topic_id_string(&s), Some(id));
+    }
+}

@@ -1,1 +1,126 @@
-fn main() {}
+//! `strom`: one binary that is the broker, the metadata controller and the command-line tools.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context};
+use clap::{Parser, Subcommand};
+use strom_broker::config::{parse_properties, BrokerConfig};
+use strom_broker::Server;
+
+#[derive(Parser)]
+#[command(name = "strom", version, about = "A Kafka-compatible streaming platform")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a broker (and, in a single-node cluster, the metadata controller).
+    Server(ServerArgs),
+}
+
+#[derive(clap::Args)]
+struct ServerArgs {
+    /// This node's id.
+    #[arg(long, default_value_t = 1)]
+    node_id: i32,
+    /// Address to accept Kafka clients on.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    listen: String,
+    /// Address clients are told to connect to (default: the listen address).
+    #[arg(long)]
+    advertised_listener: Option<String>,
+    /// Directory for logs and metadata.
+    #[arg(long, default_value = "./strom-data")]
+    data_dir: PathBuf,
+    /// A Kafka-style .properties file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// A Kafka property, e.g. --set log.segment.bytes=1048576 (repeatable; wins over --config).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Server(args) => run_server(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
+    addr.to_socket_addrs()
+        .with_context(|| format!("invalid address '{addr}' (expected HOST:PORT)"))?
+        .next()
+        .ok_or_else(|| anyhow!("address '{addr}' resolves to nothing"))
+}
+
+fn split_host_port(addr: &str) -> anyhow::Result<(String, i32)> {
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow!("invalid advertised listener '{addr}' (expected HOST:PORT)"))?;
+    let port: u16 = port
+        .parse()
+        .with_context(|| format!("invalid port in advertised listener '{addr}'"))?;
+    Ok((host.to_string(), port as i32))
+}
+
+async fn run_server(args: ServerArgs) -> anyhow::Result<()> {
+    let mut props = BTreeMap::new();
+    if let Some(path) = &args.config {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+        props.extend(parse_properties(&text)?);
+    }
+    for kv in &args.set {
+        let Some((k, v)) = kv.split_once('=') else {
+            bail!("invalid --set '{kv}': expected KEY=VALUE");
+        };
+        props.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    let listen = resolve(&args.listen)?;
+    let advertised = args.advertised_listener.as_deref().map(split_host_port).transpose()?;
+    let config = BrokerConfig::new(args.node_id, listen, advertised, args.data_dir, props)?;
+    let server = Server::start(config).await?;
+    println!("strom broker {} listening on {}", args.node_id, server.local_addr());
+    server.run(shutdown_signal()).await?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,301 @@
+//! Broker configuration: Kafka property names from a `.properties` file and `--set` overrides,
+//! resolved into typed settings, plus the per-topic `LogConfig` derived from broker defaults and
+//! topic overrides.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use strom_controller::topic_config::{self, TopicConfigDef};
+use strom_storage::{LogConfig, TimestampType};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("Invalid value {value} for configuration {key}: {why}")]
+    InvalidValue {
+        key: String,
+        value: String,
+        why: String,
+    },
+    #[error("cannot read config file {path}: {source}")]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("malformed property '{0}': expected key=value")]
+    Malformed(String),
+}
+
+/// Broker properties Strom understands; anything else is warned about, as Kafka does.
+const KNOWN_BROKER_KEYS: &[&str] = &[
+    "node.id",
+    "log.dirs",
+    "log.dir",
+    "num.partitions",
+    "default.replication.factor",
+    "auto.create.topics.enable",
+    "delete.topic.enable",
+    "socket.request.max.bytes",
+    "log.retention.check.interval.ms",
+    "log.retention.hours",
+    "log.retention.minutes",
+    "log.roll.hours",
+    "log.flush.scheduler.interval.ms",
+    "log.flush.offset.checkpoint.interval.ms",
+    "listeners",
+    "advertised.listeners",
+];
+
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub node_id: i32,
+    pub listen: SocketAddr,
+    pub advertised_host: String,
+    pub advertised_port: i32,
+    pub data_dir: PathBuf,
+    pub rack: Option<String>,
+    /// Raw Kafka properties, after file and `--set` merging.
+    pub props: BTreeMap<String, String>,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub auto_create_topics_enable: bool,
+    pub delete_topic_enable: bool,
+    pub socket_request_max_bytes: usize,
+    pub retention_check_interval_ms: u64,
+    pub flush_scheduler_interval_ms: u64,
+    pub checkpoint_interval_ms: u64,
+}
+
+/// Parses Java `.properties` text: `key=value` or `key: value`, `#`/`!` comments.
+pub fn parse_properties(text: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+            continue;
+        }
+        let idx = line
+            .find(['=', ':'])
+            .ok_or_else(|| ConfigError::Malformed(line.to_string()))?;
+        out.insert(
+            line[..idx].trim().to_string(),
+            line[idx + 1..].trim().to_string(),
+        );
+    }
+    Ok(out)
+}
+
+fn parse<T: std::str::FromStr>(
+    props: &BTreeMap<String, String>,
+    key: &str,
+    default: T,
+) -> Result<T, ConfigError> {
+    match props.get(key) {
+        None => Ok(default),
+        Some(v) => v.trim().parse().map_err(|_| ConfigError::InvalidValue {
+            key: key.into(),
+            value: v.clone(),
+            why: "not a valid value of the expected type".into(),
+        }),
+    }
+}
+
+impl BrokerConfig {
+    pub fn new(
+        node_id: i32,
+        listen: SocketAddr,
+        advertised: Option<(String, i32)>,
+        data_dir: PathBuf,
+        props: BTreeMap<String, String>,
+    ) -> Result<Self, ConfigError> {
+        for key in props.keys() {
+            let known = KNOWN_BROKER_KEYS.contains(&key.as_str())
+                || topic_config::TOPIC_CONFIGS
+                    .iter()
+                    .any(|d| d.broker_key == key)
+                || key == "log.retention.ms"
+                || key == "log.roll.ms";
+            if !known {
+                tracing::warn!("The configuration '{key}' was supplied but isn't a known config.");
+            }
+        }
+        // Validate every topic-default synonym now so a bad value fails start-up, not a request.
+        for def in topic_config::TOPIC_CONFIGS {
+            if let Some(v) = props.get(def.broker_key) {
+                topic_config::validate(def.name, v).map_err(|why| ConfigError::InvalidValue {
+                    key: def.broker_key.into(),
+                    value: v.clone(),
+                    why,
+                })?;
+            }
+        }
+        let (advertised_host, advertised_port) =
+            advertised.unwrap_or_else(|| (listen.ip().to_string(), listen.port() as i32));
+        let cfg = Self {
+            node_id,
+            listen,
+            advertised_host,
+            advertised_port,
+            data_dir,
+            rack: props.get("broker.rack").cloned(),
+            num_partitions: parse(&props, "num.partitions", 1)?,
+            default_replication_factor: parse(&props, "default.replication.factor", 1)?,
+            auto_create_topics_enable: parse(&props, "auto.create.topics.enable", true)?,
+            delete_topic_enable: parse(&props, "delete.topic.enable", true)?,
+            socket_request_max_bytes: parse(&props, "socket.request.max.bytes", 104_857_600)?,
+            retention_check_interval_ms: parse(&props, "log.retention.check.interval.ms", 300_000)?,
+            flush_scheduler_interval_ms: parse(&props, "log.flush.scheduler.interval.ms", 1000)?,
+            checkpoint_interval_ms: parse(
+                &props,
+                "log.flush.offset.checkpoint.interval.ms",
+                60_000,
+            )?,
+            props,
+        };
+        if cfg.num_partitions < 1 {
+            return Err(ConfigError::InvalidValue {
+                key: "num.partitions".into(),
+                value: cfg.num_partitions.to_string(),
+                why: "Value must be at least 1".into(),
+            });
+        }
+        // Surface bad retention/roll unit values at start-up too.
+        cfg.broker_default("retention.ms");
+        Ok(cfg)
+    }
+
+    /// The broker-level value for a topic config (`log.retention.ms` and its hours/minutes
+    /// forms for `retention.ms`, and so on), with Kafka's precedence.
+    pub fn broker_default(&self, topic_key: &str) -> Option<(String, &'static str)> {
+        let def = topic_config::find(topic_key)?;
+        let p = &self.props;
+        let derived = match topic_key {
+            "retention.ms" => p
+                .get("log.retention.ms")
+                .map(|v| (v.clone(), "log.retention.ms"))
+                .or_else(|| {
+                    p.get("log.retention.minutes")
+                        .and_then(|m| m.parse::<i64>().ok())
+                        .map(|m| ((m * 60_000).to_string(), "log.retention.minutes"))
+                })
+                .or_else(|| {
+                    p.get("log.retention.hours")
+                        .and_then(|h| h.parse::<i64>().ok())
+                        .map(|h| ((h * 3_600_000).to_string(), "log.retention.hours"))
+                }),
+            "segment.ms" => p
+                .get("log.roll.ms")
+                .map(|v| (v.clone(), "log.roll.ms"))
+                .or_else(|| {
+                    p.get("log.roll.hours")
+                        .and_then(|h| h.parse::<i64>().ok())
+                        .map(|h| ((h * 3_600_000).to_string(), "log.roll.hours"))
+                }),
+            _ => None,
+        };
+        derived.or_else(|| p.get(def.broker_key).map(|v| (v.clone(), def.broker_key)))
+    }
+
+    /// The effective value of every topic config for a topic with `overrides`, with its source.
+    pub fn effective_topic_configs(
+        &self,
+        overrides: &BTreeMap<String, String>,
+    ) -> Vec<(&'static TopicConfigDef, String, ConfigSource)> {
+        topic_config::TOPIC_CONFIGS
+            .iter()
+            .map(|def| {
+                if let Some(v) = overrides.get(def.name) {
+                    (def, v.clone(), ConfigSource::DynamicTopic)
+                } else if let Some((v, _)) = self.broker_default(def.name) {
+                    (def, v, ConfigSource::StaticBroker)
+                } else {
+                    (def, def.default.to_string(), ConfigSource::Default)
+                }
+            })
+            .collect()
+    }
+
+    /// The storage settings for a topic with `overrides`.
+    pub fn log_config(&self, overrides: &BTreeMap<String, String>) -> LogConfig {
+        let mut c = LogConfig::default();
+        for (def, v, _) in self.effective_topic_configs(overrides) {
+            let int = || v.trim().parse::<i64>().unwrap_or(0);
+            match def.name {
+                "segment.bytes" => c.segment_bytes = int() as u64,
+                "segment.ms" => c.segment_ms = int(),
+                "retention.ms" => c.retention_ms = int(),
+                "retention.bytes" => c.retention_bytes = int(),
+                "index.interval.bytes" => c.index_interval_bytes = int() as u32,
+                "segment.index.bytes" => c.segment_index_bytes = int() as u32,
+                "max.message.bytes" => c.max_message_bytes = int() as u32,
+                "flush.messages" => c.flush_interval_messages = int(),
+                "message.timestamp.type" => {
+                    c.message_timestamp_type = if v == "LogAppendTime" {
+                        TimestampType::LogAppendTime
+                    } else {
+                        TimestampType::CreateTime
+                    }
+                }
+                _ => {}
+            }
+        }
+        c
+    }
+}
+
+/// DescribeConfigs `config_source` wire values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigSource {
+    DynamicTopic = 1,
+    StaticBroker = 4,
+    Default = 5,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(props: &[(&str, &str)]) -> Result<BrokerConfig, ConfigError> {
+        BrokerConfig::new(
+            1,
+            "127.0.0.1:9092".parse().unwrap(),
+            None,
+            "/tmp/x".into(),
+            props
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn properties_file_syntax() {
+        let p = parse_properties("# c\n a = 1\nb:2\n!x\n\nc=x=y\n").unwrap();
+        assert_eq!(p["a"], "1");
+        assert_eq!(p["b"], "2");
+        assert_eq!(p["c"], "x=y");
+    }
+
+    #[test]
+    fn defaults_and_precedence() {
+        let c = cfg(&[("log.retention.hours", "1"), ("log.segment.bytes", "1000")]).unwrap();
+        let lc = c.log_config(&BTreeMap::new());
+        assert_eq!(lc.retention_ms, 3_600_000);
+        assert_eq!(lc.segment_bytes, 1000);
+        let c = cfg(&[("log.retention.hours", "1"), ("log.retention.ms", "5")]).unwrap();
+        assert_eq!(c.log_config(&BTreeMap::new()).retention_ms, 5);
+        let over: BTreeMap<String, String> = [("retention.ms".to_string(), "7".to_string())].into();
+        assert_eq!(c.log_config(&over).retention_ms, 7);
+        assert_eq!(c.num_partitions, 1);
+        assert!(c.auto_create_topics_enable);
+    }
+
+    #[test]
+    fn bad_values_fail() {
+        assert!(cfg(&[("num.partitions", "x")]).is_err());
+        assert!(cfg(&[("num.partitions", "0")]).is_err());
+        assert!(cfg(&[("log.segment.bytes", "-5")]).is_err());
+        assert!(cfg(&[("auto.create.topics.enable", "maybe")]).is_err());
+    }
+}

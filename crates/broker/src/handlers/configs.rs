@@ -1,0 +1,192 @@
+//! DescribeConfigs and IncrementalAlterConfigs for topics (and describe for the broker).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use strom_controller::controller::AlterConfigOp;
+use strom_protocol::kafka::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
+};
+use strom_protocol::kafka::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
+use strom_protocol::kafka::messages::*;
+use strom_protocol::ErrorCode;
+
+use super::str_bytes;
+use crate::config::ConfigSource;
+use crate::server::Broker;
+
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+
+pub fn describe_configs(
+    broker: &Arc<Broker>,
+    req: DescribeConfigsRequest,
+    version: i16,
+) -> DescribeConfigsResponse {
+    let image = broker.image();
+    let results = req
+        .resources
+        .into_iter()
+        .map(|r| {
+            let res = DescribeConfigsResult::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone());
+            let keys: Option<Vec<String>> = r
+                .configuration_keys
+                .map(|k| k.iter().map(|s| s.to_string()).collect());
+            let wanted = |name: &str| keys.as_ref().is_none_or(|k| k.iter().any(|x| x == name));
+            match r.resource_type {
+                RESOURCE_TOPIC => {
+                    let Some(topic) = image.topic(r.resource_name.as_str()) else {
+                        return res
+                            .with_error_code(ErrorCode::UnknownTopicOrPartition.code())
+                            .with_error_message(Some(str_bytes(&format!(
+                                "Topic '{}' does not exist.",
+                                r.resource_name.as_str()
+                            ))));
+                    };
+                    let configs = broker
+                        .config
+                        .effective_topic_configs(&topic.configs)
+                        .into_iter()
+                        .filter(|(def, _, _)| wanted(def.name))
+                        .map(|(def, value, source)| {
+                            let mut synonyms = Vec::new();
+                            if req.include_synonyms {
+                                if source == ConfigSource::DynamicTopic {
+                                    synonyms.push(synonym(
+                                        def.name,
+                                        &value,
+                                        ConfigSource::DynamicTopic,
+                                    ));
+                                }
+                                if let Some((v, key)) = broker.config.broker_default(def.name) {
+                                    synonyms.push(synonym(key, &v, ConfigSource::StaticBroker));
+                                }
+                                synonyms.push(synonym(
+                                    def.broker_key,
+                                    def.default,
+                                    ConfigSource::Default,
+                                ));
+                            }
+                            entry(
+                                def.name,
+                                &value,
+                                source,
+                                def.ty as i8,
+                                synonyms,
+                                version,
+                                req.include_documentation.then_some(def.doc),
+                            )
+                        })
+                        .collect();
+                    res.with_configs(configs)
+                }
+                RESOURCE_BROKER => {
+                    let me = broker.config.node_id.to_string();
+                    if !r.resource_name.is_empty() && r.resource_name.as_str() != me {
+                        return res
+                            .with_error_code(ErrorCode::InvalidRequest.code())
+                            .with_error_message(Some(str_bytes("Unexpected broker id")));
+                    }
+                    let props: BTreeMap<&String, &String> = broker.config.props.iter().collect();
+                    let configs = props
+                        .into_iter()
+                        .filter(|(k, _)| wanted(k))
+                        .map(|(k, v)| {
+                            entry(
+                                k,
+                                v,
+                                ConfigSource::StaticBroker,
+                                2,
+                                Vec::new(),
+                                version,
+                                None,
+                            )
+                        })
+                        .collect();
+                    res.with_configs(configs)
+                }
+                _ => res
+                    .with_error_code(ErrorCode::InvalidRequest.code())
+                    .with_error_message(Some(str_bytes("Unsupported resource type"))),
+            }
+        })
+        .collect();
+    DescribeConfigsResponse::default().with_results(results)
+}
+
+fn synonym(name: &str, value: &str, source: ConfigSource) -> DescribeConfigsSynonym {
+    DescribeConfigsSynonym::default()
+        .with_name(str_bytes(name))
+        .with_value(Some(str_bytes(value)))
+        .with_source(source as i8)
+}
+
+fn entry(
+    name: &str,
+    value: &str,
+    source: ConfigSource,
+    config_type: i8,
+    synonyms: Vec<DescribeConfigsSynonym>,
+    version: i16,
+    doc: Option<&str>,
+) -> DescribeConfigsResourceResult {
+    let mut e = DescribeConfigsResourceResult::default()
+        .with_name(str_bytes(name))
+        .with_value(Some(str_bytes(value)))
+        .with_config_source(source as i8)
+        .with_synonyms(synonyms)
+        .with_documentation(doc.map(str_bytes));
+    if version >= 3 {
+        e.config_type = config_type;
+    }
+    e
+}
+
+pub fn incremental_alter_configs(
+    broker: &Arc<Broker>,
+    req: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let responses = req
+        .resources
+        .into_iter()
+        .map(|r| {
+            let res = AlterConfigsResourceResponse::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone());
+            if r.resource_type != RESOURCE_TOPIC {
+                return res
+                    .with_error_code(ErrorCode::InvalidRequest.code())
+                    .with_error_message(Some(str_bytes("Only topic configs can be altered")));
+            }
+            let mut ops = Vec::new();
+            for c in &r.configs {
+                let Some(op) = AlterConfigOp::from_i8(c.config_operation) else {
+                    return res
+                        .with_error_code(ErrorCode::InvalidRequest.code())
+                        .with_error_message(Some(str_bytes(&format!(
+                            "Unknown operation {}",
+                            c.config_operation
+                        ))));
+                };
+                ops.push((
+                    c.name.to_string(),
+                    op,
+                    c.value.as_ref().map(|v| v.to_string()),
+                ));
+            }
+            match broker.controller.incremental_alter_topic_configs(
+                r.resource_name.as_str(),
+                &ops,
+                req.validate_only,
+            ) {
+                Ok(()) => res,
+                Err(e) => res
+                    .with_error_code(e.code())
+                    .with_error_message(Some(str_bytes(&e.to_string()))),
+            }
+        })
+        .collect();
+    IncrementalAlterConfigsResponse::default().with_responses(responses)
+}

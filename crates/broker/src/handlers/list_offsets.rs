@@ -1,0 +1,90 @@
+//! ListOffsets: earliest (-2), latest (-1, the HW), max timestamp (-3), earliest local (-4) and
+//! by timestamp.
+
+use std::sync::Arc;
+
+use strom_protocol::kafka::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use strom_protocol::kafka::messages::{ListOffsetsRequest, ListOffsetsResponse};
+use strom_protocol::ErrorCode;
+
+use crate::server::Broker;
+
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+const EARLIEST_LOCAL: i64 = -4;
+
+pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+    let topics = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let name = t.name.0.to_string();
+            let partitions = t
+                .partitions
+                .into_iter()
+                .map(|lp| {
+                    let resp = ListOffsetsPartitionResponse::default()
+                        .with_partition_index(lp.partition_index)
+                        .with_timestamp(-1)
+                        .with_offset(-1)
+                        .with_leader_epoch(-1);
+                    let Some(p) = broker.replica_manager.get(&name, lp.partition_index) else {
+                        return resp.with_error_code(ErrorCode::UnknownTopicOrPartition.code());
+                    };
+                    if !p.is_leader() {
+                        return resp.with_error_code(ErrorCode::NotLeaderOrFollower.code());
+                    }
+                    let epoch = p.leader_epoch();
+                    if version >= 4
+                        && lp.current_leader_epoch >= 0
+                        && lp.current_leader_epoch != epoch
+                    {
+                        let code = if lp.current_leader_epoch < epoch {
+                            ErrorCode::FencedLeaderEpoch
+                        } else {
+                            ErrorCode::UnknownLeaderEpoch
+                        };
+                        return resp.with_error_code(code.code());
+                    }
+                    let resp = resp.with_leader_epoch(epoch);
+                    match lp.timestamp {
+                        LATEST => resp.with_offset(p.high_watermark()),
+                        EARLIEST | EARLIEST_LOCAL => resp.with_offset(p.log_start_offset()),
+                        MAX_TIMESTAMP => match p.with_log(|l| l.max_timestamp_and_offset()) {
+                            Ok(Some(t)) => resp
+                                .with_offset(t.offset)
+                                .with_timestamp(t.timestamp)
+                                .with_leader_epoch(t.leader_epoch.unwrap_or(-1)),
+                            Ok(None) => resp,
+                            Err(e) => resp.with_error_code(e.error_code().code()),
+                        },
+                        ts if ts < 0 => resp.with_error_code(ErrorCode::InvalidRequest.code()),
+                        ts => match p.with_log(|l| l.fetch_offset_by_timestamp(ts)) {
+                            // Only offsets below the HW are visible to consumers.
+                            Ok(Some(t)) if t.offset < p.high_watermark() => resp
+                                .with_offset(t.offset)
+                                .with_timestamp(t.timestamp)
+                                .with_leader_epoch(t.leader_epoch.unwrap_or(-1)),
+                            Ok(_) => resp,
+                            Err(e) => resp.with_error_code(e.error_code().code()),
+                        },
+                    }
+                })
+                .collect();
+            ListOffsetsTopicResponse::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    let mut resp = ListOffsetsResponse::default().with_topics(topics);
+    if version < 4 {
+        // The field does not exist before v4; the codec refuses a non-default value.
+        for p in resp.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+            p.leader_epoch = -1;
+        }
+    }
+    resp
+}

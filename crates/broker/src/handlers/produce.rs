@@ -1,0 +1,114 @@
+//! Produce: validate the request shape, then append each partition's batch as leader. The batch
+//! stays bytes: only its header is read here and in storage.
+
+use std::sync::Arc;
+
+use strom_controller::CreateTopicSpec;
+use strom_protocol::batch::{BatchError, BatchIter};
+use strom_protocol::kafka::messages::produce_response::{
+    PartitionProduceResponse, TopicProduceResponse,
+};
+use strom_protocol::kafka::messages::{ProduceRequest, ProduceResponse};
+use strom_protocol::ErrorCode;
+use strom_storage::AppendOrigin;
+
+use super::str_bytes;
+use crate::server::Broker;
+
+pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> ProduceResponse {
+    let acks_ok = matches!(req.acks, -1..=1);
+    let mut image = broker.image();
+    if acks_ok && broker.config.auto_create_topics_enable {
+        let missing: Vec<CreateTopicSpec> = req
+            .topic_data
+            .iter()
+            .filter(|t| image.topic(t.name.0.as_str()).is_none())
+            .map(|t| CreateTopicSpec {
+                name: t.name.0.to_string(),
+                num_partitions: -1,
+                replication_factor: -1,
+                ..Default::default()
+            })
+            .collect();
+        if !missing.is_empty() {
+            broker.controller.create_topics(&missing, false);
+            image = broker.image();
+        }
+    }
+    let now = crate::now_ms();
+    let responses = req
+        .topic_data
+        .into_iter()
+        .map(|topic| {
+            let name = topic.name.0.to_string();
+            let partition_responses = topic
+                .partition_data
+                .into_iter()
+                .map(|pd| {
+                    let mut resp = PartitionProduceResponse::default()
+                        .with_index(pd.index)
+                        .with_base_offset(-1)
+                        .with_log_append_time_ms(-1)
+                        .with_log_start_offset(-1);
+                    if !acks_ok {
+                        return resp.with_error_code(ErrorCode::InvalidRequiredAcks.code());
+                    }
+                    let Some(partition) = broker.replica_manager.get(&name, pd.index) else {
+                        let _ = &image;
+                        return resp.with_error_code(ErrorCode::UnknownTopicOrPartition.code());
+                    };
+                    if !partition.is_leader() {
+                        return resp.with_error_code(ErrorCode::NotLeaderOrFollower.code());
+                    }
+                    let records = pd.records.unwrap_or_default();
+                    if let Err((code, msg)) = check_one_batch(&records, version) {
+                        return resp.with_error_code(code.code()).with_error_message(Some(str_bytes(&msg)));
+                    }
+                    match partition.append_records_to_leader(&records, AppendOrigin::Client, now) {
+                        Ok(info) => {
+                            resp.base_offset = info.first_offset;
+                            resp.log_append_time_ms = info.log_append_time;
+                            resp.log_start_offset = info.log_start_offset;
+                            resp
+                        }
+                        Err(e) => {
+                            tracing::debug!(topic = %name, partition = pd.index, error = %e, "produce rejected");
+                            resp.with_error_code(e.error_code().code())
+                                .with_error_message(Some(str_bytes(&e.to_string())))
+                                .with_log_start_offset(partition.log_start_offset())
+                        }
+                    }
+                })
+                .collect();
+            TopicProduceResponse::default()
+                .with_name(topic.name)
+                .with_partition_responses(partition_responses)
+        })
+        .collect();
+    ProduceResponse::default().with_responses(responses)
+}
+
+/// Produce v3+ carries exactly one magic-2 batch per partition (Kafka's
+/// `ProduceRequest.validateRecords`).
+fn check_one_batch(records: &[u8], version: i16) -> Result<(), (ErrorCode, String)> {
+    let one = || {
+        format!("Produce requests with version {version} must have exactly one record batch per partition")
+    };
+    let mut it = BatchIter::new(records);
+    match it.next() {
+        None => return Err((ErrorCode::InvalidRecord, one())),
+        Some(Err(BatchError::UnsupportedMagic(m))) => {
+            return Err((
+                ErrorCode::InvalidRecord,
+                format!("Produce requests with version {version} are only allowed to contain record batches with magic version 2, got {m}"),
+            ))
+        }
+        Some(Err(e)) => return Err((ErrorCode::CorruptMessage, e.to_string())),
+        Some(Ok(_)) => {}
+    }
+    match it.next() {
+        None => Ok(()),
+        Some(Ok(_)) => Err((ErrorCode::InvalidRecord, one())),
+        Some(Err(e)) => Err((ErrorCode::CorruptMessage, e.to_string())),
+    }
+}

@@ -1,0 +1,176 @@
+//! CreateTopics, DeleteTopics, CreatePartitions: decoded here, decided by the controller.
+
+use std::sync::Arc;
+
+use strom_controller::{ControllerError, CreateTopicSpec};
+use strom_protocol::kafka::messages::create_partitions_response::CreatePartitionsTopicResult;
+use strom_protocol::kafka::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
+use strom_protocol::kafka::messages::delete_topics_response::DeletableTopicResult;
+use strom_protocol::kafka::messages::*;
+use strom_protocol::ErrorCode;
+
+use super::str_bytes;
+use crate::server::Broker;
+
+pub fn create_topics(
+    broker: &Arc<Broker>,
+    req: CreateTopicsRequest,
+    version: i16,
+) -> CreateTopicsResponse {
+    let specs: Vec<CreateTopicSpec> = req
+        .topics
+        .iter()
+        .map(|t| CreateTopicSpec {
+            name: t.name.0.to_string(),
+            num_partitions: t.num_partitions,
+            replication_factor: t.replication_factor,
+            assignments: t
+                .assignments
+                .iter()
+                .map(|a| {
+                    (
+                        a.partition_index,
+                        a.broker_ids.iter().map(|b| b.0).collect(),
+                    )
+                })
+                .collect(),
+            configs: t
+                .configs
+                .iter()
+                .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                .collect(),
+        })
+        .collect();
+    let results = broker.controller.create_topics(&specs, req.validate_only);
+    let topics = req
+        .topics
+        .into_iter()
+        .zip(results)
+        .map(|(t, r)| {
+            let res = CreatableTopicResult::default().with_name(t.name);
+            match r {
+                Ok(created) => {
+                    let configs = if version >= 5 {
+                        let effective = broker.config.effective_topic_configs(&created.configs);
+                        Some(
+                            effective
+                                .into_iter()
+                                .map(|(def, value, source)| {
+                                    CreatableTopicConfigs::default()
+                                        .with_name(str_bytes(def.name))
+                                        .with_value(Some(str_bytes(&value)))
+                                        .with_config_source(source as i8)
+                                })
+                                .collect(),
+                        )
+                    } else {
+                        None
+                    };
+                    res.with_topic_id(if req.validate_only {
+                        uuid::Uuid::nil()
+                    } else {
+                        created.topic_id
+                    })
+                    .with_num_partitions(created.num_partitions)
+                    .with_replication_factor(created.replication_factor)
+                    .with_configs(configs)
+                }
+                Err(e) => res
+                    .with_error_code(e.code())
+                    .with_error_message(Some(str_bytes(&e.to_string())))
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1),
+            }
+        })
+        .collect();
+    CreateTopicsResponse::default().with_topics(topics)
+}
+
+pub fn delete_topics(
+    broker: &Arc<Broker>,
+    req: DeleteTopicsRequest,
+    version: i16,
+) -> DeleteTopicsResponse {
+    let refs: Vec<(Option<String>, Option<uuid::Uuid>)> = if version >= 6 {
+        req.topics
+            .iter()
+            .map(|t| {
+                (
+                    t.name.as_ref().map(|n| n.0.to_string()),
+                    (!t.topic_id.is_nil()).then_some(t.topic_id),
+                )
+            })
+            .collect()
+    } else {
+        req.topic_names
+            .iter()
+            .map(|n| (Some(n.0.to_string()), None))
+            .collect()
+    };
+    let results: Vec<Result<(String, uuid::Uuid), ControllerError>> =
+        if broker.config.delete_topic_enable {
+            broker.controller.delete_topics(&refs)
+        } else {
+            refs.iter()
+                .map(|_| {
+                    Err(ControllerError::InvalidRequest(
+                        "Topic deletion is disabled.".into(),
+                    ))
+                })
+                .collect()
+        };
+    let responses = refs
+        .into_iter()
+        .zip(results)
+        .map(|((name, id), r)| {
+            let res = DeletableTopicResult::default()
+                .with_name(name.as_deref().map(|n| TopicName(str_bytes(n))))
+                .with_topic_id(id.unwrap_or_default());
+            match r {
+                Ok((name, id)) => res
+                    .with_name(Some(TopicName(str_bytes(&name))))
+                    .with_topic_id(id),
+                Err(e) if !broker.config.delete_topic_enable => res
+                    .with_error_code(ErrorCode::TopicDeletionDisabled.code())
+                    .with_error_message(Some(str_bytes(&e.to_string()))),
+                Err(e) => res
+                    .with_error_code(e.code())
+                    .with_error_message(Some(str_bytes(&e.to_string()))),
+            }
+        })
+        .collect();
+    DeleteTopicsResponse::default().with_responses(responses)
+}
+
+pub fn create_partitions(
+    broker: &Arc<Broker>,
+    req: CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let results = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let assignments = t.assignments.map(|a| {
+                a.into_iter()
+                    .map(|x| x.broker_ids.into_iter().map(|b| b.0).collect())
+                    .collect()
+            });
+            let r = broker.controller.create_partitions(
+                t.name.0.as_str(),
+                t.count,
+                assignments,
+                req.validate_only,
+            );
+            let res = CreatePartitionsTopicResult::default().with_name(t.name);
+            match r {
+                Ok(()) => res,
+                Err(e) => res
+                    .with_error_code(e.code())
+                    .with_error_message(Some(str_bytes(&e.to_string()))),
+            }
+        })
+        .collect();
+    CreatePartitionsResponse::default().with_results(results)
+}

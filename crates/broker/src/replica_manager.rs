@@ -1,0 +1,255 @@
+//! The replica manager: every partition replica this broker hosts, created, updated and deleted
+//! from metadata images (Kafka's `ReplicaManager.applyDelta`), plus the log-manager chores:
+//! checkpoints, retention and the clean-shutdown marker.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use strom_controller::MetadataImage;
+use strom_storage::checkpoint::OffsetCheckpointFile;
+use strom_storage::{parse_partition_dir_name, StorageError, UnifiedLog, CLEAN_SHUTDOWN_FILE};
+use uuid::Uuid;
+
+use crate::config::BrokerConfig;
+use crate::partition::Partition;
+
+pub type TopicPartition = (String, i32);
+
+const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
+const LOG_START_OFFSET_CHECKPOINT: &str = "log-start-offset-checkpoint";
+const REPLICATION_OFFSET_CHECKPOINT: &str = "replication-offset-checkpoint";
+const PARTITION_METADATA_FILE: &str = "partition.metadata";
+
+pub struct ReplicaManager {
+    config: Arc<BrokerConfig>,
+    partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
+    /// Whether the previous run ended with a clean shutdown; decides how much recovery scans.
+    had_clean_shutdown: bool,
+    recovery_points: HashMap<TopicPartition, i64>,
+    high_watermarks: HashMap<TopicPartition, i64>,
+}
+
+impl ReplicaManager {
+    /// Reads the log dir's checkpoints and the clean-shutdown marker. The marker is removed so
+    /// that a crash from now on is seen as unclean at the next start.
+    pub fn new(config: Arc<BrokerConfig>) -> Result<Self, StorageError> {
+        let dir = &config.data_dir;
+        let marker = dir.join(CLEAN_SHUTDOWN_FILE);
+        let had_clean_shutdown = marker.exists();
+        if had_clean_shutdown {
+            std::fs::remove_file(&marker)?;
+        }
+        let recovery_points =
+            OffsetCheckpointFile::new(dir.join(RECOVERY_POINT_CHECKPOINT)).read()?;
+        let high_watermarks =
+            OffsetCheckpointFile::new(dir.join(REPLICATION_OFFSET_CHECKPOINT)).read()?;
+        tracing::info!(had_clean_shutdown, "log manager starting");
+        Ok(Self {
+            config,
+            partitions: RwLock::new(HashMap::new()),
+            had_clean_shutdown,
+            recovery_points,
+            high_watermarks,
+        })
+    }
+
+    pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
+        self.partitions
+            .read()
+            .get(&(topic.to_string(), partition))
+            .cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<Partition>> {
+        self.partitions.read().values().cloned().collect()
+    }
+
+    fn partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
+        self.config.data_dir.join(format!("{topic}-{partition}"))
+    }
+
+    /// Makes the hosted partitions match `image`: opens logs for new replicas, updates leadership
+    /// and configs, deletes the logs of removed topics (and of a topic re-created under the same
+    /// name, recognised by its topic id).
+    pub fn apply_image(&self, image: &MetadataImage) {
+        let node = self.config.node_id;
+        let mut wanted: HashMap<TopicPartition, (Uuid, &BTreeMap<String, String>)> = HashMap::new();
+        for t in image.topics.values() {
+            for (p, reg) in &t.partitions {
+                if reg.replicas.contains(&node) {
+                    wanted.insert((t.name.clone(), *p), (t.id, &t.configs));
+                }
+            }
+        }
+        let stale: Vec<Arc<Partition>> = {
+            let mut parts = self.partitions.write();
+            let keys: Vec<TopicPartition> = parts
+                .iter()
+                .filter(|(k, p)| wanted.get(*k).is_none_or(|(id, _)| *id != p.topic_id))
+                .map(|(k, _)| k.clone())
+                .collect();
+            keys.iter().filter_map(|k| parts.remove(k)).collect()
+        };
+        for p in stale {
+            tracing::info!(topic = %p.topic, partition = p.index, "deleting partition log");
+            let dir = self.partition_dir(&p.topic, p.index);
+            drop(p);
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                tracing::warn!(dir = %dir.display(), error = %e, "failed to delete partition dir");
+            }
+        }
+        for ((topic, p), (id, configs)) in wanted {
+            let t = &image.topics[&topic];
+            let reg = &t.partitions[&p];
+            let existing = self.get(&topic, p);
+            let part = match existing {
+                Some(part) => {
+                    part.update_config(self.config.log_config(configs));
+                    part
+                }
+                None => match self.open_partition(&topic, p, id, configs) {
+                    Ok(part) => part,
+                    Err(e) => {
+                        tracing::error!(%topic, partition = p, error = %e, "cannot open partition log");
+                        continue;
+                    }
+                },
+            };
+            part.update_registration(reg.leader, reg.leader_epoch, reg.isr.clone());
+        }
+    }
+
+    fn open_partition(
+        &self,
+        topic: &str,
+        p: i32,
+        id: Uuid,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<Arc<Partition>, StorageError> {
+        let dir = self.partition_dir(topic, p);
+        let key = (topic.to_string(), p);
+        // A directory left by an earlier topic of the same name must not be reused.
+        if let Some(old) = read_partition_metadata(&dir) {
+            if old != id {
+                tracing::warn!(%topic, partition = p, "removing log of a deleted topic with the same name");
+                std::fs::remove_dir_all(&dir)?;
+            }
+        }
+        let recovery_point = self.recovery_points.get(&key).copied().unwrap_or(0);
+        let log = UnifiedLog::open(
+            &dir,
+            self.config.log_config(configs),
+            recovery_point,
+            self.had_clean_shutdown,
+        )?;
+        write_partition_metadata(&dir, id)?;
+        let hw = self.high_watermarks.get(&key).copied().unwrap_or(0);
+        let part = Arc::new(Partition::new(
+            topic.to_string(),
+            id,
+            p,
+            self.config.node_id,
+            log,
+            hw,
+        ));
+        self.partitions.write().insert(key, part.clone());
+        Ok(part)
+    }
+
+    /// Deletes partition directories on disk that no topic in `image` owns (a topic deleted while
+    /// the broker was down). Kafka calls these stray logs.
+    pub fn remove_stray_logs(&self, image: &MetadataImage) {
+        let Ok(entries) = std::fs::read_dir(&self.config.data_dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let Some((topic, p)) = parse_partition_dir_name(&name) else {
+                continue;
+            };
+            if topic == strom_controller::names::METADATA_TOPIC {
+                continue;
+            }
+            if !e.path().is_dir() || self.get(&topic, p).is_some() {
+                continue;
+            }
+            let owned = image.topic(&topic).is_some_and(|t| {
+                t.partitions
+                    .get(&p)
+                    .is_some_and(|r| r.replicas.contains(&self.config.node_id))
+            });
+            if !owned {
+                tracing::info!(dir = %name, "removing stray partition log");
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+
+    /// Writes the recovery-point, log-start-offset and high-watermark checkpoints.
+    pub fn checkpoint(&self) -> Result<(), StorageError> {
+        let parts = self.all();
+        let mut rp = HashMap::new();
+        let mut lso = HashMap::new();
+        let mut hw = HashMap::new();
+        for p in &parts {
+            let key = (p.topic.clone(), p.index);
+            rp.insert(key.clone(), p.recovery_point());
+            lso.insert(key.clone(), p.log_start_offset());
+            hw.insert(key, p.high_watermark());
+        }
+        let dir = &self.config.data_dir;
+        OffsetCheckpointFile::new(dir.join(RECOVERY_POINT_CHECKPOINT)).write(&rp)?;
+        OffsetCheckpointFile::new(dir.join(LOG_START_OFFSET_CHECKPOINT)).write(&lso)?;
+        OffsetCheckpointFile::new(dir.join(REPLICATION_OFFSET_CHECKPOINT)).write(&hw)?;
+        Ok(())
+    }
+
+    /// Retention pass over every hosted partition.
+    pub fn delete_old_segments(&self, now_ms: i64) {
+        for p in self.all() {
+            match p.with_log(|log| log.delete_old_segments(now_ms)) {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(topic = %p.topic, partition = p.index, deleted = n, "retention deleted segments")
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention failed")
+                }
+            }
+        }
+    }
+
+    /// Clean shutdown: flush and close every log, write checkpoints, then the marker that tells
+    /// the next start it may skip recovery.
+    pub fn shutdown(&self) -> Result<(), StorageError> {
+        for p in self.all() {
+            p.close()?;
+        }
+        self.checkpoint()?;
+        let marker = self.config.data_dir.join(CLEAN_SHUTDOWN_FILE);
+        std::fs::write(&marker, b"")?;
+        std::fs::File::open(&self.config.data_dir)?.sync_all()?;
+        Ok(())
+    }
+}
+
+/// Kafka's `PartitionMetadataFile`: `version: 0` and `topic_id: <base64>`.
+fn write_partition_metadata(dir: &Path, id: Uuid) -> Result<(), StorageError> {
+    let path = dir.join(PARTITION_METADATA_FILE);
+    let text = format!("version: 0\ntopic_id: {}\n", crate::topic_id_string(&id));
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+        let tmp = dir.join(format!("{PARTITION_METADATA_FILE}.tmp"));
+        std::fs::write(&tmp, &text)?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+    }
+    Ok(())
+}
+
+fn read_partition_metadata(dir: &Path) -> Option<Uuid> {
+    let text = std::fs::read_to_string(dir.join(PARTITION_METADATA_FILE)).ok()?;
+    let line = text.lines().find_map(|l| l.strip_prefix("topic_id:"))?;
+    crate::parse_topic_id_string(line.trim())
+}

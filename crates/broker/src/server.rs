@@ -1,0 +1,250 @@
+//! Start-up, the accept loop, background chores (retention, checkpoints) and clean shutdown.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use strom_controller::controller::TopicDefaults;
+use strom_controller::{ControllerError, MetadataImage, QuorumController};
+use strom_storage::StorageError;
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::config::{parse_properties, BrokerConfig};
+use crate::replica_manager::ReplicaManager;
+
+#[derive(Debug, Error)]
+pub enum ServerError {
+    #[error("data directory {path} is not usable: {source}")]
+    DataDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("data directory {0} is in use by another strom process")]
+    DataDirLocked(String),
+    #[error("{0}")]
+    MetaProperties(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("metadata: {0}")]
+    Controller(#[from] ControllerError),
+    #[error("storage: {0}")]
+    Storage(#[from] StorageError),
+}
+
+/// Everything a request handler needs, shared by all connections.
+pub struct Broker {
+    pub config: Arc<BrokerConfig>,
+    pub cluster_id: String,
+    pub controller: Arc<QuorumController>,
+    pub replica_manager: Arc<ReplicaManager>,
+    metadata: Arc<RwLock<Arc<MetadataImage>>>,
+}
+
+impl Broker {
+    /// The broker's current metadata image (lock-free for practical purposes: a read lock held
+    /// only to clone an `Arc`).
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.metadata.read().clone()
+    }
+}
+
+pub struct Server {
+    broker: Arc<Broker>,
+    listener: TcpListener,
+    _dir_lock: std::fs::File,
+}
+
+impl Server {
+    pub async fn start(mut config: BrokerConfig) -> Result<Self, ServerError> {
+        let dir = config.data_dir.clone();
+        let dir_err = |source| ServerError::DataDir {
+            path: dir.display().to_string(),
+            source,
+        };
+        std::fs::create_dir_all(&dir).map_err(dir_err)?;
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(".lock"))
+            .map_err(dir_err)?;
+        if lock.try_lock().is_err() {
+            return Err(ServerError::DataDirLocked(dir.display().to_string()));
+        }
+        let cluster_id = ensure_meta_properties(&dir, config.node_id)?;
+
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| ServerError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        let local = listener.local_addr().map_err(|source| ServerError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        if config.advertised_port == 0 {
+            config.advertised_port = local.port() as i32;
+        }
+        let config = Arc::new(config);
+
+        let controller = Arc::new(QuorumController::open(
+            &dir.join("__cluster_metadata-0").join("metadata.log"),
+            TopicDefaults {
+                num_partitions: config.num_partitions,
+                replication_factor: config.default_replication_factor,
+            },
+        )?);
+        let replica_manager = Arc::new(ReplicaManager::new(config.clone())?);
+        let metadata = Arc::new(RwLock::new(controller.image()));
+        {
+            let rm = replica_manager.clone();
+            let md = metadata.clone();
+            controller.set_publisher(Box::new(move |image| {
+                rm.apply_image(image);
+                *md.write() = image.clone();
+            }));
+        }
+        replica_manager.remove_stray_logs(&controller.image());
+        controller.register_broker(
+            config.node_id,
+            &config.advertised_host,
+            config.advertised_port,
+            config.rack.clone(),
+        )?;
+        tracing::info!(
+            node_id = config.node_id,
+            listen = %local,
+            advertised = %format!("{}:{}", config.advertised_host, config.advertised_port),
+            data_dir = %dir.display(),
+            cluster_id = %cluster_id,
+            "strom broker started"
+        );
+        Ok(Self {
+            broker: Arc::new(Broker {
+                config,
+                cluster_id,
+                controller,
+                replica_manager,
+                metadata,
+            }),
+            listener,
+            _dir_lock: lock,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("bound listener")
+    }
+
+    pub fn broker(&self) -> Arc<Broker> {
+        self.broker.clone()
+    }
+
+    /// Serves until `shutdown` completes, then shuts down cleanly.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let chores = tokio::spawn(background_chores(self.broker.clone(), stop_rx.clone()));
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let broker = self.broker.clone();
+                        let stop = stop_rx.clone();
+                        tokio::spawn(async move {
+                            crate::connection::serve(broker, stream, peer, stop).await;
+                        });
+                    }
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+            }
+        }
+        tracing::info!("shutting down");
+        let _ = stop_tx.send(true);
+        drop(self.listener);
+        let _ = chores.await;
+        // Connections finish the request they are in; give them a moment before closing logs.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.broker.replica_manager.shutdown()?;
+        tracing::info!("shutdown complete");
+        Ok(())
+    }
+}
+
+async fn background_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let cfg = broker.config.clone();
+    let mut retention = tokio::time::interval(Duration::from_millis(
+        cfg.retention_check_interval_ms.max(1),
+    ));
+    let mut checkpoint =
+        tokio::time::interval(Duration::from_millis(cfg.checkpoint_interval_ms.max(1)));
+    retention.tick().await;
+    checkpoint.tick().await;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = retention.tick() => {
+                let rm = broker.replica_manager.clone();
+                let _ = tokio::task::spawn_blocking(move || rm.delete_old_segments(crate::now_ms())).await;
+            }
+            _ = checkpoint.tick() => {
+                let rm = broker.replica_manager.clone();
+                let r = tokio::task::spawn_blocking(move || rm.checkpoint()).await;
+                if let Ok(Err(e)) = r {
+                    tracing::warn!(error = %e, "checkpoint failed");
+                }
+            }
+        }
+    }
+}
+
+/// Reads or writes `meta.properties` (Kafka's v1 layout) and returns the cluster id. A data dir
+/// that belongs to another node id is refused, as Kafka does.
+fn ensure_meta_properties(dir: &Path, node_id: i32) -> Result<String, ServerError> {
+    let path = dir.join("meta.properties");
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let props: BTreeMap<String, String> =
+            parse_properties(&text).map_err(|e| ServerError::MetaProperties(e.to_string()))?;
+        if let Some(n) = props.get("node.id") {
+            if n.parse::<i32>().ok() != Some(node_id) {
+                return Err(ServerError::MetaProperties(format!(
+                    "Stored node id {n} doesn't match the configured node id {node_id} in {}",
+                    path.display()
+                )));
+            }
+        }
+        if let Some(id) = props.get("cluster.id") {
+            return Ok(id.clone());
+        }
+    }
+    let cluster_id = crate::topic_id_string(&Uuid::new_v4());
+    let text = format!(
+        "#\n#Written by strom\ncluster.id={cluster_id}\ndirectory.id={}\nnode.id={node_id}\nversion=1\n",
+        crate::topic_id_string(&Uuid::new_v4())
+    );
+    let tmp = dir.join("meta.properties.tmp");
+    let io = |source| ServerError::DataDir {
+        path: dir.display().to_string(),
+        source,
+    };
+    std::fs::write(&tmp, text).map_err(io)?;
+    std::fs::rename(&tmp, &path).map_err(io)?;
+    Ok(cluster_id)
+}
