@@ -11,7 +11,9 @@ use strom_protocol::batch::{
 
 use crate::checkpoint::sync_dir;
 use crate::config::{LogConfig, TimestampType};
-use crate::segment::{BatchHeader, LogSegment};
+use crate::segment::{
+    log_file_name, offset_index_file_name, time_index_file_name, BatchHeader, LogSegment,
+};
 use crate::{AppendOrigin, FetchDataInfo, LogAppendInfo, StorageError, TimestampAndOffset};
 
 /// ListOffsets' special timestamps, as Kafka's `ListOffsetsRequest`.
@@ -114,7 +116,7 @@ impl UnifiedLog {
             )
         };
         let mut segments = BTreeMap::new();
-        let mut recovered_any = false;
+        let mut first_recovered: Option<i64> = None;
         let mut cut_at = None;
         for (i, &base) in bases.iter().enumerate() {
             let (mut seg, needs_rebuild) = LogSegment::open(dir, base, &config)?;
@@ -124,7 +126,7 @@ impl UnifiedLog {
                     tracing::info!(dir = %dir.display(), base, "rebuilding indexes");
                 }
                 let truncated = seg.recover()?;
-                recovered_any = true;
+                first_recovered.get_or_insert(base);
                 segments.insert(base, seg);
                 if truncated > 0 && unflushed {
                     cut_at = Some(i + 1);
@@ -139,8 +141,16 @@ impl UnifiedLog {
             // Everything after a torn batch was written after it, so it cannot be trusted.
             for &base in &bases[cut..] {
                 tracing::warn!(dir = %dir.display(), base, "deleting segment after corruption");
-                let (seg, _) = LogSegment::open(dir, base, &config)?;
-                seg.delete_files()?;
+                for name in [
+                    log_file_name(base),
+                    offset_index_file_name(base),
+                    time_index_file_name(base),
+                ] {
+                    match std::fs::remove_file(dir.join(name)) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                        _ => {}
+                    }
+                }
                 dir_dirty = true;
             }
         }
@@ -163,16 +173,14 @@ impl UnifiedLog {
             segments,
             log_start_offset,
             log_end_offset,
-            recovery_point: if recovered_any {
-                log_start_offset
-            } else {
-                log_end_offset
-            },
+            recovery_point: log_end_offset,
             dir_dirty,
         };
-        if recovered_any || dir_dirty {
-            // Make what recovery kept durable, so the recovery point can move to the end.
-            log.recovery_point = log_start_offset;
+        if let Some(base) = first_recovered {
+            // Make what recovery rewrote durable, so the recovery point can move to the end.
+            log.recovery_point = base;
+            log.flush()?;
+        } else if log.dir_dirty {
             log.flush()?;
         }
         Ok(log)
@@ -345,10 +353,6 @@ impl UnifiedLog {
             a.first_offset,
             now_ms,
         )?;
-        if self.active().next_offset() < a.first_offset && self.active().size() > 0 {
-            // Offsets jumped past what this segment holds; keep each segment contiguous.
-            self.roll_at(a.first_offset, now_ms)?;
-        }
         self.active_mut().append(records)?;
         self.log_end_offset = a.last_offset + 1;
         self.maybe_flush()?;
@@ -458,7 +462,19 @@ impl UnifiedLog {
                 }
                 break;
             }
-            let available = (seg.size() - pos) as usize;
+            // Bound the read at the high watermark's batch so a consumer at the tail does not
+            // pull bytes it must then discard.
+            let mut end = seg.size();
+            if max_offset < seg.next_offset() {
+                if let Some((hw_pos, hw)) = seg.translate_offset(max_offset)? {
+                    end = if hw.base_offset >= max_offset {
+                        hw_pos
+                    } else {
+                        hw_pos + hw.size as u64
+                    };
+                }
+            }
+            let available = end.saturating_sub(pos) as usize;
             let mut chunk = seg.read_at(pos, remaining.min(available))?;
             let mut taken = 0;
             while chunk.len() - taken >= HEADER_SIZE {
@@ -469,7 +485,7 @@ impl UnifiedLog {
                 }
                 taken += h.size;
             }
-            let finished_segment = taken == available;
+            let finished_segment = taken == available && end == seg.size();
             chunk.truncate(taken);
             if out.is_empty() {
                 out = chunk;

@@ -763,3 +763,35 @@ fn client_batches_get_client_checks() {
         Err(StorageError::InvalidRecord(_))
     ));
 }
+
+/// Writes a small multi-segment log for checking with Kafka's own tool:
+/// `STROM_STORAGE_FIXTURE_DIR=/tmp/fx cargo test -p strom-storage -- --ignored fixture`, then
+/// `scripts/kafka-dump-log.sh --files /tmp/fx/t-0/00000000000000000000.index,...`.
+#[test]
+#[ignore]
+fn fixture_for_kafka_dump_log() {
+    let Ok(root) = std::env::var("STROM_STORAGE_FIXTURE_DIR") else {
+        return;
+    };
+    let dir = Path::new(&root).join("t-0");
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = LogConfig {
+        segment_bytes: 4000,
+        index_interval_bytes: 300,
+        ..LogConfig::default()
+    };
+    let mut log = open(&dir, config);
+    for i in 0..40 {
+        let t = T0 + i * 10;
+        let records = batch_with(&[t, t + 3, t + 1], 40 + i as usize);
+        log.append_as_leader(&records, 5, AppendOrigin::Client, T0)
+            .unwrap();
+    }
+    log.close().unwrap();
+}
+
+#[test]
+fn log_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<UnifiedLog>();
+}

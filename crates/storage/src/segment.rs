@@ -458,8 +458,8 @@ impl LogSegment {
             return Ok(None);
         }
         let mut pos = self.offset_index.lookup(max.offset).position as u64;
-        // The batch holding the max may precede the index entry keyed at its offset only if the
-        // index is keyed at a later batch, which lookup(max.offset) excludes.
+        // `max.offset` is the last offset of the batch holding the max, so the index entry found
+        // for it points at that batch or an earlier one.
         while pos < self.size {
             let h = self.read_header(pos)?;
             if h.max_timestamp == max.timestamp {
