@@ -666,14 +666,18 @@ impl UnifiedLog {
         }
         let first = *self.segments.keys().next().expect("non-empty");
         if offset < first {
-            for (_, seg) in std::mem::take(&mut self.segments) {
-                seg.delete_files()?;
-            }
+            // The new segment goes in first so the log keeps an active segment even if a
+            // delete below fails.
             let seg =
                 LogSegment::create(&self.dir, offset, &self.config, crate::segment::now_ms())?;
-            self.segments.insert(offset, seg);
+            let old = std::mem::replace(&mut self.segments, BTreeMap::from([(offset, seg)]));
             self.log_start_offset = offset;
             self.log_end_offset = offset;
+            self.recovery_point = self.recovery_point.min(offset);
+            self.dir_dirty = true;
+            for (_, seg) in old {
+                seg.delete_files()?;
+            }
         } else {
             let doomed: Vec<i64> = self.segments.range(offset + 1..).map(|(b, _)| *b).collect();
             for base in doomed {
