@@ -28,6 +28,7 @@ pub struct ReplicaManager {
     /// Whether the previous run ended with a clean shutdown; decides how much recovery scans.
     had_clean_shutdown: bool,
     recovery_points: HashMap<TopicPartition, i64>,
+    log_start_offsets: HashMap<TopicPartition, i64>,
     high_watermarks: HashMap<TopicPartition, i64>,
 }
 
@@ -43,6 +44,8 @@ impl ReplicaManager {
         }
         let recovery_points =
             OffsetCheckpointFile::new(dir.join(RECOVERY_POINT_CHECKPOINT)).read()?;
+        let log_start_offsets =
+            OffsetCheckpointFile::new(dir.join(LOG_START_OFFSET_CHECKPOINT)).read()?;
         let high_watermarks =
             OffsetCheckpointFile::new(dir.join(REPLICATION_OFFSET_CHECKPOINT)).read()?;
         tracing::info!(had_clean_shutdown, "log manager starting");
@@ -51,6 +54,7 @@ impl ReplicaManager {
             partitions: RwLock::new(HashMap::new()),
             had_clean_shutdown,
             recovery_points,
+            log_start_offsets,
             high_watermarks,
         })
     }
@@ -209,7 +213,9 @@ impl ReplicaManager {
     /// Retention pass over every hosted partition.
     pub fn delete_old_segments(&self, now_ms: i64) {
         for p in self.all() {
-            match p.with_log(|log| log.delete_old_segments(now_ms)) {
+            // Never delete what consumers cannot read yet: only segments below the HW go.
+            let hw = p.high_watermark();
+            match p.with_log(|log| log.delete_old_segments_below(now_ms, hw)) {
                 Ok(0) => {}
                 Ok(n) => {
                     tracing::info!(topic = %p.topic, partition = p.index, deleted = n, "retention deleted segments")
