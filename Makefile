@@ -18,7 +18,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 MVN ?= mvn
 VENV := .venv
-STROM_BIN ?= $(CURDIR)/target/debug/strom
+STROM_BIN ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/debug/strom
 # build the debug binary only when the tests use it
 STROM_DEP := $(if $(filter environment command line,$(origin STROM_BIN)),,build)
 SUDO := $(shell [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && echo sudo)
