@@ -142,12 +142,18 @@ impl ReplicaManager {
             }
         }
         let recovery_point = self.recovery_points.get(&key).copied().unwrap_or(0);
-        let log = UnifiedLog::open(
+        let mut log = UnifiedLog::open(
             &dir,
             self.config.log_config(configs),
             recovery_point,
             self.had_clean_shutdown,
         )?;
+        // The log start may sit inside the first segment (DeleteRecords); only the checkpoint knows.
+        if let Some(&start) = self.log_start_offsets.get(&key) {
+            if start > log.log_start_offset() && start <= log.log_end_offset() {
+                log.maybe_increment_log_start_offset(start)?;
+            }
+        }
         write_partition_metadata(&dir, id)?;
         let hw = self.high_watermarks.get(&key).copied().unwrap_or(0);
         let part = Arc::new(Partition::new(
