@@ -10,6 +10,8 @@ use clap::{Parser, Subcommand};
 use strom_broker::config::{parse_properties, BrokerConfig};
 use strom_broker::Server;
 
+mod cli;
+
 #[derive(Parser)]
 #[command(name = "strom", version, about = "A Kafka-compatible streaming platform")]
 struct Cli {
@@ -21,6 +23,12 @@ struct Cli {
 enum Command {
     /// Run a broker (and, in a single-node cluster, the metadata controller).
     Server(ServerArgs),
+    /// Create, list, describe, alter and delete topics (like kafka-topics.sh).
+    Topics(cli::topics::TopicsArgs),
+    /// Produce lines from stdin (like kafka-console-producer.sh).
+    Produce(cli::produce::ProduceArgs),
+    /// Print records to stdout (like kafka-console-consumer.sh).
+    Consume(cli::consume::ConsumeArgs),
 }
 
 #[derive(clap::Args)]
@@ -64,6 +72,9 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Server(args) => run_server(args).await,
+            Command::Topics(args) => cli::topics::run(args).await,
+            Command::Produce(args) => cli::produce::run(args).await,
+            Command::Consume(args) => cli::consume::run(args).await,
         }
     });
     match result {
