@@ -43,7 +43,7 @@ build:
 	$(CARGO) build -p strom
 
 test-rust: build
-	$(CARGO) test --workspace
+	$(CARGO) test --workspace --no-fail-fast
 
 kcat:
 	@if ! command -v kcat >/dev/null 2>&1; then \
