@@ -94,7 +94,9 @@ fn records(n: usize, value_len: usize) -> Vec<Record> {
             producer_epoch: -1,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            sequence: -1,
+            // The encoder keeps records in one batch while offset - sequence is constant; this
+            // makes the batch's base sequence -1 (no idempotent producer).
+            sequence: i as i32 - 1,
             timestamp: 1_700_000_000_000 + i as i64,
             key: Some(Bytes::from(format!("raw-key-{i}"))),
             value: Some(Bytes::from(vec![b'r'; value_len])),
@@ -137,7 +139,11 @@ fn produce_raw(broker: &Broker, topic: &'static str, batch: Vec<u8>) -> (i16, Op
     let p = &resp.responses[0].partition_responses;
     assert_eq!(p.len(), 1);
     assert_eq!(p[0].index, 0);
-    (p[0].error_code, p[0].error_message.as_ref().map(|m| m.as_str().to_string()))
+    let mut msg = p[0].error_message.as_ref().map(|m| m.as_str().to_string());
+    if !p[0].record_errors.is_empty() {
+        msg = Some(format!("{msg:?}; record errors {:?}", p[0].record_errors));
+    }
+    (p[0].error_code, msg)
 }
 
 #[test]
@@ -252,7 +258,9 @@ fn api_versions_too_high_falls_back_to_v0_with_unsupported_version() {
     a.sort();
     let mut e = expected.clone();
     e.sort();
-    assert_eq!(a, e, "ApiVersions v3 must advertise exactly strom_protocol::apis::SUPPORTED");
+    if !reference_kafka() {
+        assert_eq!(a, e, "ApiVersions v3 must advertise exactly strom_protocol::apis::SUPPORTED");
+    }
     let range = |key: ApiKey| a.iter().find(|x| x.0 == key as i16).map(|x| (x.1, x.2));
     assert!(range(ApiKey::Produce).is_some_and(|(lo, hi)| lo <= 3 && hi >= 10), "Produce range");
     assert!(range(ApiKey::Fetch).is_some_and(|(lo, hi)| lo <= 4 && hi >= 16), "Fetch range");
@@ -290,11 +298,14 @@ fn api_versions_too_high_falls_back_to_v0_with_unsupported_version() {
         .map(|k| (k.api_key, k.min_version, k.max_version))
         .collect();
     listed.sort();
-    assert!(
-        listed.iter().any(|k| k.0 == ApiKey::ApiVersions as i16),
-        "v0 fallback must list ApiVersions itself: {listed:?}"
-    );
-    assert_eq!(listed, a, "v0 fallback lists the same APIs as a v3 response");
+    // Kafka 4.x lists only ApiVersions itself in this fallback; listing more is fine too.
+    let own = listed.iter().find(|k| k.0 == ApiKey::ApiVersions as i16);
+    let adv = a.iter().find(|k| k.0 == ApiKey::ApiVersions as i16);
+    assert!(own.is_some(), "v0 fallback must list ApiVersions itself: {listed:?}");
+    assert_eq!(own, adv, "v0 fallback's ApiVersions range");
+    for k in &listed {
+        assert!(a.contains(k), "v0 fallback lists {k:?}, which a v3 response does not");
+    }
 
     // The client can then retry with v0..=v3 on the same connection.
     let (corr, again) = api_versions(&mut s, 3, 100);
@@ -357,8 +368,11 @@ fn oversized_batch_is_message_too_large() {
     assert_eq!(watermarks(&broker, "small", 0), (0, 2));
 
     // Same through the broker-wide message.max.bytes on a default topic.
+    assert_still_serving(&broker, &recs);
     drop(broker);
-    let (broker, _) = broker_with_data(&["message.max.bytes=4096"]);
+    let broker = Broker::start_with(&["message.max.bytes=4096"]);
+    create_topic(&broker, TOPIC, 1, &[]);
+    produce_ok(&broker, TOPIC, &[("batch.size", "2000")], &recs);
     let big = encode_batch(&records(3, 3000), Compression::None);
     let (code, msg) = produce_raw(&broker, TOPIC, big);
     assert_eq!(code, 10, "MESSAGE_TOO_LARGE with broker message.max.bytes=4096 ({msg:?})");

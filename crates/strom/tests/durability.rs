@@ -58,7 +58,7 @@ fn clean_restart_keeps_everything_in_kafka_layout() {
     produce_ok(&broker, "dur3", &[], &recs3);
 
     let st = broker.stop();
-    assert!(st.success(), "strom server exit status after SIGTERM: {st}");
+    assert_clean_exit(st);
 
     // Kafka's layout: <topic>-<partition>/ with 20-digit segment files.
     let dir = broker.partition_dir("dur", 0);
@@ -100,7 +100,7 @@ fn clean_restart_keeps_everything_in_kafka_layout() {
 
     // And a second restart keeps those too.
     let st = broker.stop();
-    assert!(st.success(), "exit status after second SIGTERM: {st}");
+    assert_clean_exit(st);
     broker.restart();
     let got = consume_all(&broker, "dur", 0);
     assert_eq!(got.len(), N + 10);
@@ -220,7 +220,7 @@ fn torn_batch_is_truncated_on_recovery() {
     assert_eq!(reports.ok_count(), 200);
 
     let st = broker.stop();
-    assert!(st.success(), "exit status after SIGTERM: {st}");
+    assert_clean_exit(st);
 
     let seg = broker.partition_dir(TOPIC, 0).join("00000000000000000000.log");
     let bytes = fs::read(&seg).unwrap();
@@ -268,7 +268,7 @@ fn torn_batch_is_truncated_on_recovery() {
     assert_records_eq(&got[base as usize..], &more);
 
     // And all of it survives one more restart.
-    broker.stop();
+    assert_clean_exit(broker.stop());
     broker.restart();
     let got = consume_all(&broker, TOPIC, 0);
     assert_eq!(got.len(), base as usize + 30);
@@ -278,7 +278,7 @@ fn torn_batch_is_truncated_on_recovery() {
 fn sigterm_exits_cleanly_and_fast() {
     let mut broker = Broker::start();
     let st = broker.stop();
-    assert!(st.success(), "exit status after SIGTERM on an idle broker: {st}");
+    assert_clean_exit(st);
     broker.restart();
     assert!(broker.is_running());
 }

@@ -106,7 +106,6 @@ fn metadata_lists_broker_and_partitions() {
     assert_eq!(b.id(), 1, "default node id");
     assert_eq!(b.host(), "127.0.0.1");
     assert_eq!(b.port() as u16, broker.port());
-    assert_eq!(md.orig_broker_id(), 1);
 
     let md = c
         .fetch_metadata(Some("meta"), Duration::from_secs(20))

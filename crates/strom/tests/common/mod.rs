@@ -185,14 +185,19 @@ impl Broker {
     fn spawn_and_wait(&mut self) {
         let log = File::create(self.log_path(self.starts)).expect("create broker log file");
         let log2 = log.try_clone().expect("clone log file");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_strom"));
-        cmd.arg("server")
-            .arg("--listen")
-            .arg(self.bootstrap())
-            .arg("--data-dir")
-            .arg(self.data_dir())
-            .args(&self.extra)
-            .stdin(Stdio::null())
+        let mut cmd = if reference_kafka() {
+            self.kafka_command()
+        } else {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_strom"));
+            cmd.arg("server")
+                .arg("--listen")
+                .arg(self.bootstrap())
+                .arg("--data-dir")
+                .arg(self.data_dir())
+                .args(&self.extra);
+            cmd
+        };
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log2));
         if std::env::var_os("RUST_LOG").is_none() {
@@ -202,7 +207,8 @@ impl Broker {
         self.child = Some(child);
         self.starts += 1;
 
-        let deadline = Instant::now() + START_TIMEOUT;
+        let timeout = if reference_kafka() { Duration::from_secs(120) } else { START_TIMEOUT };
+        let deadline = Instant::now() + timeout;
         loop {
             if let Some(st) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 self.child = None;
@@ -215,10 +221,70 @@ impl Broker {
             if Instant::now() > deadline {
                 self.kill();
                 self.dump_logs();
-                panic!("strom server did not accept connections on {} within {START_TIMEOUT:?}", self.bootstrap());
+                panic!("strom server did not accept connections on {} within {timeout:?}", self.bootstrap());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// `STROM_TEST_REFERENCE=kafka` runs the same tests against Apache Kafka 4.4 (started from the
+/// jars that `scripts/kafka-ref.sh fetch` downloads) instead of `strom`, to validate test logic.
+pub fn reference_kafka() -> bool {
+    std::env::var("STROM_TEST_REFERENCE").is_ok_and(|v| v == "kafka")
+}
+
+impl Broker {
+    fn kafka_command(&mut self) -> Command {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let script = std::env::var_os("STROM_KAFKA_REF_SCRIPT")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo.join("scripts/kafka-ref.sh"));
+        let cp = Command::new("bash")
+            .arg(&script)
+            .arg("classpath")
+            .output()
+            .expect("scripts/kafka-ref.sh classpath");
+        assert!(cp.status.success(), "kafka-ref.sh classpath failed");
+        let cp = String::from_utf8(cp.stdout).unwrap().trim().to_string();
+        let props = self.root.join("server.properties");
+        if !props.exists() {
+            let cport = free_port();
+            let mut text = format!(
+                "process.roles=broker,controller\nnode.id=1\n\
+                 controller.quorum.bootstrap.servers=127.0.0.1:{cport}\n\
+                 listeners=PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{cport}\n\
+                 advertised.listeners=PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{cport}\n\
+                 inter.broker.listener.name=PLAINTEXT\ncontroller.listener.names=CONTROLLER\n\
+                 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n\
+                 log.dirs={d}\nnum.partitions=1\noffsets.topic.replication.factor=1\n\
+                 transaction.state.log.replication.factor=1\ntransaction.state.log.min.isr=1\n\
+                 share.coordinator.state.topic.replication.factor=1\nshare.coordinator.state.topic.min.isr=1\n\
+                 group.initial.rebalance.delay.ms=0\n",
+                p = self.port,
+                d = self.data_dir().display()
+            );
+            let mut it = self.extra.iter();
+            while let Some(a) = it.next() {
+                if a == "--set" {
+                    text.push_str(it.next().unwrap());
+                    text.push('\n');
+                }
+            }
+            fs::write(&props, text).unwrap();
+            let fmt = Command::new("java")
+                .args(["-cp", &cp, "kafka.tools.StorageTool", "format", "--standalone", "-t"])
+                .arg("q1Sh-9_ISia_zwGINzRvyQ")
+                .arg("-c")
+                .arg(&props)
+                .output()
+                .expect("kafka StorageTool format");
+            assert!(fmt.status.success(), "format: {}", String::from_utf8_lossy(&fmt.stderr));
+        }
+        let mut cmd = Command::new("java");
+        cmd.args(["-Xmx512m", "-Xms128m", "-XX:+UseG1GC", "-cp", &cp, "kafka.Kafka"])
+            .arg(&props);
+        cmd
     }
 }
 
@@ -391,10 +457,27 @@ pub fn consume_all(broker: &Broker, topic: &str, partition: i32) -> Vec<Rec> {
 }
 
 /// (low, high) watermarks of a partition.
+/// Retries for up to 15 s on errors (a just-restarted broker may briefly answer
+/// NOT_LEADER/LEADER_NOT_AVAILABLE); every retried error is printed.
 pub fn watermarks(broker: &Broker, topic: &str, partition: i32) -> (i64, i64) {
-    consumer(broker)
-        .fetch_watermarks(topic, partition, Duration::from_secs(20))
-        .unwrap_or_else(|e| panic!("fetch_watermarks {topic}-{partition}: {e}"))
+    let c = consumer(broker);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match c.fetch_watermarks(topic, partition, Duration::from_secs(20)) {
+            Ok(w) => return w,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("fetch_watermarks {topic}-{partition}: {e} (retrying)");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("fetch_watermarks {topic}-{partition}: {e}"),
+        }
+    }
+}
+
+/// A clean exit after SIGTERM: status 0 (Kafka's JVM reports 143 = 128 + SIGTERM).
+pub fn assert_clean_exit(st: ExitStatus) {
+    let ok = st.success() || (reference_kafka() && st.code() == Some(143));
+    assert!(ok, "exit status after SIGTERM: {st}");
 }
 
 /// Asserts offsets of `recs` are exactly `start..start+len`, contiguous.
