@@ -44,6 +44,7 @@ pub use error::{Error, Result};
 pub use producer::{
     Acks, Compression, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
 };
+pub use strom_protocol::kafka;
 pub use strom_protocol::ErrorCode;
 
 /// Formats a topic id the way Kafka prints it: URL-safe base64 without padding.
