@@ -385,3 +385,105 @@ pub fn api_name(api: ApiKey) -> &'static str {
 fn key_name(key: i16) -> &'static str {
     ApiKey::try_from(key).map(api_name).unwrap_or("request")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strom_protocol::kafka::messages::api_versions_response::ApiVersion;
+    use strom_protocol::kafka::messages::ResponseHeader;
+    use tokio::net::TcpListener;
+
+    /// A fake broker that only speaks ApiVersions up to v2: it answers v3 with
+    /// UNSUPPORTED_VERSION in v0 format, as Kafka does, and records the versions it saw.
+    async fn fake_broker(listener: TcpListener) -> Vec<i16> {
+        let (mut sock, _) = listener.accept().await.unwrap();
+        let mut seen = Vec::new();
+        loop {
+            let mut len = [0u8; 4];
+            if sock.read_exact(&mut len).await.is_err() {
+                return seen;
+            }
+            let mut buf = vec![0u8; i32::from_be_bytes(len) as usize];
+            sock.read_exact(&mut buf).await.unwrap();
+            let h = frame::peek_header(&buf).unwrap();
+            assert_eq!(h.api_key, ApiKey::ApiVersions as i16);
+            seen.push(h.api_version);
+            let key = |k: ApiKey, min, max| {
+                let mut v = ApiVersion::default();
+                v.api_key = k as i16;
+                v.min_version = min;
+                v.max_version = max;
+                v
+            };
+            let mut resp = ApiVersionsResponse::default();
+            let version = if h.api_version > 2 {
+                resp.error_code = 35;
+                resp.api_keys = vec![key(ApiKey::ApiVersions, 0, 2)];
+                0
+            } else {
+                resp.api_keys = vec![
+                    key(ApiKey::ApiVersions, 0, 2),
+                    key(ApiKey::Produce, 3, 9),
+                    key(ApiKey::Fetch, 4, 15),
+                ];
+                h.api_version
+            };
+            let mut out = BytesMut::new();
+            out.put_i32(0);
+            let mut rh = ResponseHeader::default();
+            rh.correlation_id = h.correlation_id;
+            rh.encode(&mut out, 0).unwrap();
+            resp.encode(&mut out, version).unwrap();
+            let n = (out.len() - 4) as i32;
+            out[..4].copy_from_slice(&n.to_be_bytes());
+            sock.write_all(&out).await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn api_versions_falls_back_and_versions_are_clamped() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let broker = tokio::spawn(fake_broker(listener));
+        let conn = Connection::connect(&addr, ConnectionConfig::default())
+            .await
+            .unwrap();
+        assert_eq!(conn.version_for(ApiKey::Produce).unwrap(), 9);
+        // The broker offers Fetch up to 15; the client implements up to 12.
+        assert_eq!(conn.version_for(ApiKey::Fetch).unwrap(), 12);
+        assert!(matches!(
+            conn.version_for(ApiKey::Metadata),
+            Err(Error::UnsupportedVersion("Metadata"))
+        ));
+        drop(conn);
+        assert_eq!(broker.await.unwrap(), vec![3, 2]);
+    }
+
+    #[tokio::test]
+    async fn request_timeout_and_disconnect() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        // Accepts and never answers.
+        let t = tokio::spawn(async move {
+            let (s, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            drop(s);
+        });
+        let cfg = ConnectionConfig {
+            request_timeout: Duration::from_millis(100),
+            ..Default::default()
+        };
+        let err = Connection::connect(&addr, cfg).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Timeout {
+                    api: "ApiVersions",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        t.await.unwrap();
+    }
+}

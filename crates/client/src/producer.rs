@@ -896,7 +896,7 @@ mod tests {
         while b.try_append(rec(&"x".repeat(100)), None, 1000).is_ok() {
             n += 1;
         }
-        assert!(n >= 6 && n <= 8, "{n}");
+        assert!((6..=8).contains(&n), "{n}");
         assert!(b.size() <= 1000);
         // A single record larger than batch.size still gets its own batch.
         let mut big = ProducerBatch::new("t", 0, 1);

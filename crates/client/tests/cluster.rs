@@ -188,7 +188,7 @@ async fn round_trip(b: &Broker, topic: &str, compression: Compression, acks: Ack
     let n = 600;
     let futs: Vec<_> = (0..n)
         .map(|i| {
-            let key = if i % 3 == 0 {
+            let key = if i.is_multiple_of(3) {
                 None
             } else {
                 Some(Bytes::from(format!("key-{i}")))
@@ -206,7 +206,7 @@ async fn round_trip(b: &Broker, topic: &str, compression: Compression, acks: Ack
     let mut placed = HashMap::new();
     for (i, f) in futs.into_iter().enumerate() {
         let (p, off) = f.await.unwrap_or_else(|e| panic!("record {i}: {e}"));
-        if i % 3 != 0 {
+        if !i.is_multiple_of(3) {
             assert_eq!(
                 p,
                 partition_for_key(format!("key-{i}").as_bytes(), 3),
@@ -243,7 +243,7 @@ async fn round_trip(b: &Broker, topic: &str, compression: Compression, acks: Ack
             r.value.as_deref(),
             Some(format!("value-{i}-{}", "x".repeat(i % 50)).as_bytes())
         );
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             assert!(r.key.is_none());
         } else {
             assert_eq!(r.key.as_deref(), Some(format!("key-{i}").as_bytes()));
