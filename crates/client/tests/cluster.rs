@@ -185,7 +185,7 @@ async fn round_trip(b: &Broker, topic: &str, compression: Compression, acks: Ack
             ..Default::default()
         },
     );
-    let n = 600;
+    let n: usize = 600;
     let futs: Vec<_> = (0..n)
         .map(|i| {
             let key = if i.is_multiple_of(3) {
