@@ -42,7 +42,10 @@ mod tests {
     fn ranges_fit_the_generated_structs() {
         for &(key, min, max) in SUPPORTED {
             let valid = key.valid_versions();
-            assert!(min >= valid.min && max <= valid.max, "{key:?} {min}..{max} vs {valid}");
+            assert!(
+                min >= valid.min && max <= valid.max,
+                "{key:?} {min}..{max} vs {valid}"
+            );
             assert!(min <= max);
         }
     }

@@ -227,16 +227,7 @@ impl<'a> BatchView<'a> {
     }
     /// The last sequence, wrapping at `i32::MAX` as Kafka's `DefaultRecordBatch.lastSequence`.
     pub fn last_sequence(&self) -> i32 {
-        let base = self.base_sequence();
-        if base == -1 {
-            return -1;
-        }
-        let delta = self.last_offset_delta();
-        if base > i32::MAX - delta {
-            delta - (i32::MAX - base) - 1
-        } else {
-            base + delta
-        }
+        last_sequence(self.base_sequence(), self.last_offset_delta())
     }
     pub fn records_count(&self) -> i32 {
         be_i32(self.bytes, RECORDS_COUNT_OFFSET)
@@ -244,6 +235,31 @@ impl<'a> BatchView<'a> {
     /// The records section (possibly compressed).
     pub fn records_bytes(&self) -> &'a [u8] {
         &self.bytes[HEADER_SIZE..]
+    }
+}
+
+/// `base + delta` with Kafka's wrap at `i32::MAX` (`DefaultRecordBatch.incrementSequence`);
+/// -1 (no sequence) stays -1.
+pub fn last_sequence(base: i32, delta: i32) -> i32 {
+    if base == -1 {
+        return -1;
+    }
+    if base > i32::MAX - delta {
+        delta - (i32::MAX - base) - 1
+    } else {
+        base + delta
+    }
+}
+
+/// The inverse of [`last_sequence`]: the first sequence of a batch from its last one.
+pub fn first_sequence(last: i32, delta: i32) -> i32 {
+    if last == -1 {
+        return -1;
+    }
+    if last - delta < 0 {
+        i32::MAX - (delta - last) + 1
+    } else {
+        last - delta
     }
 }
 
@@ -435,10 +451,16 @@ mod tests {
         ));
         let mut m = b.clone();
         m[MAGIC_OFFSET] = 1;
-        assert_eq!(BatchView::parse(&m).unwrap_err(), BatchError::UnsupportedMagic(1));
+        assert_eq!(
+            BatchView::parse(&m).unwrap_err(),
+            BatchError::UnsupportedMagic(1)
+        );
         let mut l = b.clone();
         l[LENGTH_OFFSET..LENGTH_OFFSET + 4].copy_from_slice(&3i32.to_be_bytes());
-        assert_eq!(BatchView::parse(&l).unwrap_err(), BatchError::InvalidLength(3));
+        assert_eq!(
+            BatchView::parse(&l).unwrap_err(),
+            BatchError::InvalidLength(3)
+        );
     }
 
     #[test]
@@ -463,5 +485,8 @@ mod tests {
             .copy_from_slice(&(i32::MAX - 1).to_be_bytes());
         let v = BatchView::parse(&b).unwrap();
         assert_eq!(v.last_sequence(), 0);
+        assert_eq!(first_sequence(0, 2), i32::MAX - 1);
+        assert_eq!(first_sequence(10, 2), 8);
+        assert_eq!(first_sequence(-1, 2), -1);
     }
 }

@@ -77,7 +77,10 @@ mod tests {
                 max: 100
             })
         );
-        assert_eq!(check(&[0xff, 0xff, 0xff, 0xff], 100), Err(FrameError::Negative(-1)));
+        assert_eq!(
+            check(&[0xff, 0xff, 0xff, 0xff], 100),
+            Err(FrameError::Negative(-1))
+        );
     }
 
     #[test]

@@ -29,6 +29,8 @@ pub struct LogConfig {
     pub flush_interval_messages: i64,
     /// `message.timestamp.type`
     pub message_timestamp_type: TimestampType,
+    /// The broker's `producer.id.expiration.ms`: idle producers' state is dropped after it.
+    pub producer_id_expiration_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -43,6 +45,7 @@ impl Default for LogConfig {
             max_message_bytes: 1024 * 1024 + 12,
             flush_interval_messages: i64::MAX,
             message_timestamp_type: TimestampType::CreateTime,
+            producer_id_expiration_ms: 86_400_000,
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod index;
 mod log;
+pub mod producer_state;
 pub mod segment;
 
 use std::path::PathBuf;
@@ -57,6 +58,12 @@ pub enum StorageError {
     UnexpectedAppendOffset { first_offset: i64, log_end: i64 },
     #[error("corrupt checkpoint file {path}: {reason}")]
     CorruptCheckpoint { path: PathBuf, reason: String },
+    /// A client batch whose sequence does not follow the producer's last one.
+    #[error("{0}")]
+    OutOfOrderSequence(String),
+    /// A client batch from a fenced (older) producer epoch.
+    #[error("{0}")]
+    InvalidProducerEpoch(String),
 }
 
 impl StorageError {
@@ -69,6 +76,8 @@ impl StorageError {
             Self::InvalidRecord(_) => ErrorCode::InvalidRecord,
             Self::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
             Self::UnexpectedAppendOffset { .. } => ErrorCode::UnknownServerError,
+            Self::OutOfOrderSequence(_) => ErrorCode::OutOfOrderSequenceNumber,
+            Self::InvalidProducerEpoch(_) => ErrorCode::InvalidProducerEpoch,
         }
     }
 }

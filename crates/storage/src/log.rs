@@ -11,6 +11,7 @@ use strom_protocol::batch::{
 
 use crate::checkpoint::sync_dir;
 use crate::config::{LogConfig, TimestampType};
+use crate::producer_state::{ProducerBatch, ProducerStateError, ProducerStateManager};
 use crate::segment::{
     log_file_name, offset_index_file_name, time_index_file_name, BatchHeader, LogSegment,
 };
@@ -28,6 +29,7 @@ struct Analyzed {
     max_timestamp: i64,
     num_messages: i64,
     batches: usize,
+    producer_batches: Vec<ProducerBatch>,
 }
 
 pub struct UnifiedLog {
@@ -40,6 +42,7 @@ pub struct UnifiedLog {
     recovery_point: i64,
     /// A segment file was created or deleted since the directory was last fsynced.
     dir_dirty: bool,
+    producer_state: ProducerStateManager,
 }
 
 fn parse_log_file_name(name: &str) -> Option<i64> {
@@ -167,6 +170,7 @@ impl UnifiedLog {
             .next_back()
             .expect("non-empty")
             .next_offset();
+        let producer_state = ProducerStateManager::new(dir, config.producer_id_expiration_ms)?;
         let mut log = Self {
             dir: dir.to_path_buf(),
             config,
@@ -175,7 +179,9 @@ impl UnifiedLog {
             log_end_offset,
             recovery_point: log_end_offset,
             dir_dirty,
+            producer_state,
         };
+        log.load_producer_state()?;
         if let Some(base) = first_recovered {
             // Make what recovery rewrote durable, so the recovery point can move to the end.
             log.recovery_point = base;
@@ -200,6 +206,7 @@ impl UnifiedLog {
             max_timestamp: -1,
             num_messages: 0,
             batches: 0,
+            producer_batches: Vec::new(),
         };
         let max = self.config.max_message_bytes as usize;
         let mut iter = BatchIter::new(records);
@@ -260,6 +267,14 @@ impl UnifiedLog {
             a.max_timestamp = a.max_timestamp.max(view.max_timestamp());
             a.num_messages += view.records_count() as i64;
             a.batches += 1;
+            a.producer_batches.push(ProducerBatch {
+                producer_id: view.producer_id(),
+                producer_epoch: view.producer_epoch(),
+                first_seq: view.base_sequence(),
+                offset_delta: view.last_offset_delta(),
+                max_timestamp: view.max_timestamp(),
+                is_control: view.is_control(),
+            });
         }
         Ok(a)
     }
@@ -290,6 +305,30 @@ impl UnifiedLog {
         if analyzed.batches == 0 {
             return Ok(self.empty_append_info());
         }
+        match self
+            .producer_state
+            .validate(&analyzed.producer_batches, origin)
+        {
+            Ok(None) => {}
+            Ok(Some(dup)) => {
+                // A retry of a batch already in the log: answer with where it went.
+                return Ok(LogAppendInfo {
+                    first_offset: dup.first_offset(),
+                    last_offset: dup.last_offset,
+                    max_timestamp: dup.timestamp,
+                    log_append_time: -1,
+                    num_messages: 0,
+                    valid_bytes: 0,
+                    log_start_offset: self.log_start_offset,
+                });
+            }
+            Err(ProducerStateError::OutOfOrderSequence(m)) => {
+                return Err(StorageError::OutOfOrderSequence(m))
+            }
+            Err(ProducerStateError::InvalidProducerEpoch(m)) => {
+                return Err(StorageError::InvalidProducerEpoch(m))
+            }
+        }
         let log_append = self.config.message_timestamp_type == TimestampType::LogAppendTime;
         let mut buf = records.to_vec();
         let first_offset = self.log_end_offset;
@@ -319,6 +358,11 @@ impl UnifiedLog {
         self.maybe_roll(buf.len(), max_timestamp, last_offset, first_offset, now_ms)?;
         self.active_mut().append(&buf)?;
         self.log_end_offset = next;
+        let mut batch_end = first_offset;
+        for b in &analyzed.producer_batches {
+            batch_end += b.offset_delta as i64 + 1;
+            self.producer_state.update(b, batch_end - 1);
+        }
         self.maybe_flush()?;
         Ok(LogAppendInfo {
             first_offset,
@@ -353,8 +397,18 @@ impl UnifiedLog {
             a.first_offset,
             now_ms,
         )?;
+        // Replication never refuses on producer state; it only logs fenced epochs.
+        let _ = self
+            .producer_state
+            .validate(&a.producer_batches, AppendOrigin::Replication);
         self.active_mut().append(records)?;
         self.log_end_offset = a.last_offset + 1;
+        let mut iter = BatchIter::new(records);
+        for (b, view) in a.producer_batches.iter().zip(&mut iter) {
+            if let Ok(view) = view {
+                self.producer_state.update(b, view.last_offset());
+            }
+        }
         self.maybe_flush()?;
         Ok(LogAppendInfo {
             first_offset: a.first_offset,
@@ -402,6 +456,10 @@ impl UnifiedLog {
         let seg = LogSegment::create(&self.dir, base, &self.config, now_ms)?;
         self.segments.insert(base, seg);
         self.dir_dirty = true;
+        // Kafka snapshots producer state at each roll, so recovery replays at most one segment.
+        if self.producer_state.map_end_offset() == base {
+            self.producer_state.take_snapshot()?;
+        }
         if self.segments.len() == 1 {
             self.log_start_offset = self.log_start_offset.max(base);
         }
@@ -626,6 +684,7 @@ impl UnifiedLog {
         let first = *self.segments.keys().next().expect("active kept");
         self.log_start_offset = self.log_start_offset.max(first);
         self.recovery_point = self.recovery_point.max(self.log_start_offset);
+        self.producer_state.delete_snapshots_before(first)?;
         Ok(doomed.len())
     }
 
@@ -693,7 +752,44 @@ impl UnifiedLog {
         }
         self.dir_dirty = true;
         self.recovery_point = self.recovery_point.min(self.log_end_offset);
+        self.load_producer_state()
+    }
+
+    /// Rebuilds producer state: the newest snapshot at or below the log end, then the batch
+    /// headers after it (Kafka's `loadProducerState`). Only headers are read.
+    fn load_producer_state(&mut self) -> Result<(), StorageError> {
+        let now = crate::segment::now_ms();
+        let from = self
+            .producer_state
+            .load(self.log_start_offset, self.log_end_offset, now)?;
+        for seg in self.segments.values() {
+            if seg.next_offset() <= from {
+                continue;
+            }
+            let mut pos = match seg.translate_offset(from)? {
+                Some((pos, _)) => pos,
+                None => continue,
+            };
+            while pos < seg.size() {
+                let h = seg.read_header(pos)?;
+                if h.last_offset >= from {
+                    self.producer_state
+                        .update(&ProducerBatch::from_header(&h), h.last_offset);
+                }
+                pos += h.size as u64;
+            }
+        }
         Ok(())
+    }
+
+    /// Drops the state of producers idle for `producer.id.expiration.ms`.
+    pub fn remove_expired_producers(&mut self, now_ms: i64) -> usize {
+        self.producer_state.remove_expired_producers(now_ms)
+    }
+
+    /// The partition's producer state (for DescribeProducers and tests).
+    pub fn producer_state(&self) -> &ProducerStateManager {
+        &self.producer_state
     }
 
     /// Fsyncs every segment that may hold unflushed data (and the directory, if segments came
@@ -719,10 +815,14 @@ impl UnifiedLog {
     /// timestamp in its time index). Index files are never preallocated, so nothing to trim.
     pub fn close(&mut self) -> Result<(), StorageError> {
         self.active_mut().close()?;
-        self.flush()
+        self.flush()?;
+        // With a snapshot at the log end, the next start replays nothing.
+        self.producer_state.take_snapshot()
     }
 
     pub fn update_config(&mut self, config: LogConfig) {
+        self.producer_state
+            .set_expiration_ms(config.producer_id_expiration_ms);
         for seg in self.segments.values_mut() {
             seg.update_config(&config);
         }

@@ -24,8 +24,10 @@ fn encode(timestamps: &[i64], value_len: usize, compression: Compression) -> Vec
             control: false,
             delete_horizon: false,
             partition_leader_epoch: -1,
-            producer_id: 7,
-            producer_epoch: 0,
+            // Idempotence off (the encoder wants contiguous sequences to build one batch): these
+            // tests are about the log, not producer state.
+            producer_id: -1,
+            producer_epoch: -1,
             timestamp_type: RecordTs::Creation,
             offset: i as i64,
             sequence: i as i32,
@@ -624,3 +626,6 @@ fn log_is_send_and_sync() {
     fn check<T: Send + Sync>() {}
     check::<UnifiedLog>();
 }
+
+#[path = "log_producer_tests.rs"]
+mod producer;

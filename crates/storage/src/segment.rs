@@ -51,6 +51,10 @@ pub struct BatchHeader {
     pub size: usize,
     pub max_timestamp: i64,
     pub partition_leader_epoch: i32,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub attributes: i16,
 }
 
 impl BatchHeader {
@@ -69,7 +73,29 @@ impl BatchHeader {
             size,
             max_timestamp: be_i64(buf, batch::MAX_TIMESTAMP_OFFSET),
             partition_leader_epoch: be_i32(buf, batch::PARTITION_LEADER_EPOCH_OFFSET),
+            producer_id: be_i64(buf, batch::PRODUCER_ID_OFFSET),
+            producer_epoch: i16::from_be_bytes([
+                buf[batch::PRODUCER_EPOCH_OFFSET],
+                buf[batch::PRODUCER_EPOCH_OFFSET + 1],
+            ]),
+            base_sequence: be_i32(buf, batch::BASE_SEQUENCE_OFFSET),
+            attributes: i16::from_be_bytes([
+                buf[batch::ATTRIBUTES_OFFSET],
+                buf[batch::ATTRIBUTES_OFFSET + 1],
+            ]),
         })
+    }
+
+    pub fn offset_delta(&self) -> i32 {
+        (self.last_offset - self.base_offset) as i32
+    }
+
+    pub fn last_sequence(&self) -> i32 {
+        batch::last_sequence(self.base_sequence, self.offset_delta())
+    }
+
+    pub fn is_control(&self) -> bool {
+        self.attributes & 0x20 != 0
     }
 
     fn leader_epoch(&self) -> Option<i32> {

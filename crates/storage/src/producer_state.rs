@@ -1,0 +1,656 @@
+//! Idempotent-producer state of one partition: Kafka's `ProducerStateManager`,
+//! `ProducerStateEntry` and `ProducerAppendInfo`.
+//!
+//! For every producer id the partition remembers its epoch and the metadata of its last
+//! [`NUM_BATCHES_TO_RETAIN`] batches. A client batch that matches one of them is a retry of a
+//! batch already in the log (answered with its original offsets, nothing written); one whose
+//! first sequence does not follow the last is refused with OUT_OF_ORDER_SEQUENCE_NUMBER; an older
+//! epoch is refused with INVALID_PRODUCER_EPOCH. Appends from replication update the state
+//! without checks, so a follower has the same state when it becomes leader.
+//!
+//! The state is kept durable in `<offset>.snapshot` files in Kafka's ProducerSnapshot layout
+//! (version 1, CRC32C), written when a segment rolls and at clean shutdown. Kafka's snapshot holds
+//! only each producer's last batch; Strom writes one entry per retained batch, oldest first, so a
+//! restarted broker still recognises a retry of any of the last five (Kafka's reader keeps the
+//! newest entry, so the files stay readable by Kafka's tools).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+
+use strom_protocol::batch::{first_sequence, last_sequence};
+
+use crate::segment::BatchHeader;
+use crate::{AppendOrigin, StorageError};
+
+pub const NUM_BATCHES_TO_RETAIN: usize = 5;
+pub const NO_PRODUCER_EPOCH: i16 = -1;
+const SNAPSHOT_VERSION: i16 = 1;
+const SNAPSHOT_SUFFIX: &str = ".snapshot";
+/// Fixed size of one snapshot entry (Kafka's PRODUCER_SNAPSHOT_ENTRY_SCHEMA).
+const ENTRY_SIZE: usize = 8 + 2 + 4 + 8 + 4 + 8 + 4 + 8;
+
+/// One retained batch of a producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchMetadata {
+    pub last_seq: i32,
+    pub last_offset: i64,
+    pub offset_delta: i32,
+    pub timestamp: i64,
+}
+
+impl BatchMetadata {
+    pub fn first_seq(&self) -> i32 {
+        first_sequence(self.last_seq, self.offset_delta)
+    }
+    pub fn first_offset(&self) -> i64 {
+        self.last_offset - self.offset_delta as i64
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerStateEntry {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// Oldest first, at most [`NUM_BATCHES_TO_RETAIN`].
+    pub batches: VecDeque<BatchMetadata>,
+    pub coordinator_epoch: i32,
+    /// Max timestamp of the last batch; drives `producer.id.expiration.ms`.
+    pub last_timestamp: i64,
+    pub current_txn_first_offset: Option<i64>,
+}
+
+impl ProducerStateEntry {
+    fn empty(producer_id: i64) -> Self {
+        Self {
+            producer_id,
+            producer_epoch: NO_PRODUCER_EPOCH,
+            batches: VecDeque::new(),
+            coordinator_epoch: -1,
+            last_timestamp: -1,
+            current_txn_first_offset: None,
+        }
+    }
+
+    pub fn last_seq(&self) -> i32 {
+        self.batches.back().map_or(-1, |b| b.last_seq)
+    }
+
+    pub fn last_data_offset(&self) -> i64 {
+        self.batches.back().map_or(-1, |b| b.last_offset)
+    }
+
+    /// The retained batch with exactly this epoch and sequence range, if any.
+    pub fn find_duplicate_batch(
+        &self,
+        epoch: i16,
+        first_seq: i32,
+        last_seq: i32,
+    ) -> Option<BatchMetadata> {
+        if epoch != self.producer_epoch {
+            return None;
+        }
+        self.batches
+            .iter()
+            .find(|b| b.first_seq() == first_seq && b.last_seq == last_seq)
+            .copied()
+    }
+
+    fn add_batch(&mut self, epoch: i16, meta: BatchMetadata) {
+        if epoch != self.producer_epoch {
+            // A new epoch starts a new sequence space: older batches can never match again.
+            self.batches.clear();
+            self.producer_epoch = epoch;
+        }
+        self.batches.push_back(meta);
+        while self.batches.len() > NUM_BATCHES_TO_RETAIN {
+            self.batches.pop_front();
+        }
+        self.last_timestamp = meta.timestamp;
+    }
+}
+
+/// Why a client batch is refused; the broker maps each to its Kafka error code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProducerStateError {
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER (45).
+    OutOfOrderSequence(String),
+    /// INVALID_PRODUCER_EPOCH (47).
+    InvalidProducerEpoch(String),
+}
+
+/// The sequence and epoch fields of one batch, as the state machine needs them.
+#[derive(Debug, Clone, Copy)]
+pub struct ProducerBatch {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub first_seq: i32,
+    pub offset_delta: i32,
+    pub max_timestamp: i64,
+    pub is_control: bool,
+}
+
+impl ProducerBatch {
+    pub fn last_seq(&self) -> i32 {
+        last_sequence(self.first_seq, self.offset_delta)
+    }
+
+    pub fn from_header(h: &BatchHeader) -> Self {
+        Self {
+            producer_id: h.producer_id,
+            producer_epoch: h.producer_epoch,
+            first_seq: h.base_sequence,
+            offset_delta: h.offset_delta(),
+            max_timestamp: h.max_timestamp,
+            is_control: h.is_control(),
+        }
+    }
+}
+
+fn in_sequence(last: i32, next: i32) -> bool {
+    next as i64 == last as i64 + 1 || (next == 0 && last == i32::MAX)
+}
+
+pub struct ProducerStateManager {
+    dir: PathBuf,
+    producers: HashMap<i64, ProducerStateEntry>,
+    /// Snapshot files by offset.
+    snapshots: BTreeMap<i64, PathBuf>,
+    /// The log offset up to which the state is built (exclusive).
+    map_end_offset: i64,
+    expiration_ms: i64,
+}
+
+impl ProducerStateManager {
+    pub fn new(dir: &Path, expiration_ms: i64) -> Result<Self, StorageError> {
+        let mut snapshots = BTreeMap::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(offset) = parse_snapshot_name(&name) {
+                snapshots.insert(offset, entry.path());
+            }
+        }
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            producers: HashMap::new(),
+            snapshots,
+            map_end_offset: 0,
+            expiration_ms,
+        })
+    }
+
+    pub fn producers(&self) -> &HashMap<i64, ProducerStateEntry> {
+        &self.producers
+    }
+
+    pub fn map_end_offset(&self) -> i64 {
+        self.map_end_offset
+    }
+
+    pub fn set_expiration_ms(&mut self, ms: i64) {
+        self.expiration_ms = ms;
+    }
+
+    pub fn snapshot_offsets(&self) -> Vec<i64> {
+        self.snapshots.keys().copied().collect()
+    }
+
+    /// Loads the newest valid snapshot at or below `log_end_offset`, deleting any above it (they
+    /// describe a tail that recovery cut off) and any that fail their CRC. Returns the offset
+    /// from which the log must be replayed to finish rebuilding the state.
+    pub fn load(
+        &mut self,
+        log_start_offset: i64,
+        log_end_offset: i64,
+        now_ms: i64,
+    ) -> Result<i64, StorageError> {
+        self.producers.clear();
+        let above: Vec<i64> = self
+            .snapshots
+            .range(log_end_offset + 1..)
+            .map(|(o, _)| *o)
+            .collect();
+        for o in above {
+            self.remove_snapshot(o)?;
+        }
+        while let Some((&offset, path)) = self.snapshots.iter().next_back() {
+            match std::fs::read(path)
+                .map_err(StorageError::from)
+                .and_then(|b| read_snapshot(&b))
+            {
+                Ok(entries) => {
+                    for e in entries {
+                        if !self.is_expired(now_ms, &e) {
+                            self.producers.insert(e.producer_id, e);
+                        }
+                    }
+                    self.map_end_offset = offset.max(log_start_offset);
+                    return Ok(self.map_end_offset);
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "deleting unreadable producer snapshot");
+                    self.remove_snapshot(offset)?;
+                }
+            }
+        }
+        self.map_end_offset = log_start_offset;
+        Ok(log_start_offset)
+    }
+
+    fn is_expired(&self, now_ms: i64, e: &ProducerStateEntry) -> bool {
+        e.current_txn_first_offset.is_none() && now_ms - e.last_timestamp >= self.expiration_ms
+    }
+
+    /// Checks a client append batch by batch (Kafka's `analyzeAndValidateProducerState`).
+    /// `Ok(Some(meta))`: the (single) batch repeats a retained one; nothing may be written.
+    pub fn validate(
+        &self,
+        batches: &[ProducerBatch],
+        origin: AppendOrigin,
+    ) -> Result<Option<BatchMetadata>, ProducerStateError> {
+        // Later batches of the same append are checked against the earlier ones.
+        let mut updated: HashMap<i64, (i16, i32)> = HashMap::new();
+        for b in batches.iter().filter(|b| b.producer_id >= 0) {
+            let current = self.producers.get(&b.producer_id);
+            if origin == AppendOrigin::Client && updated.is_empty() {
+                if let Some(dup) = current.and_then(|e| {
+                    e.find_duplicate_batch(b.producer_epoch, b.first_seq, b.last_seq())
+                }) {
+                    return Ok(Some(dup));
+                }
+            }
+            let (cur_epoch, cur_last_seq) = updated
+                .get(&b.producer_id)
+                .copied()
+                .or_else(|| current.map(|e| (e.producer_epoch, e.last_seq())))
+                .unwrap_or((NO_PRODUCER_EPOCH, -1));
+            if b.producer_epoch < cur_epoch {
+                let msg = format!(
+                    "Epoch of producer {} is {}, which is smaller than the last seen epoch {}",
+                    b.producer_id, b.producer_epoch, cur_epoch
+                );
+                if origin == AppendOrigin::Replication {
+                    tracing::warn!("{msg}");
+                } else {
+                    return Err(ProducerStateError::InvalidProducerEpoch(msg));
+                }
+            }
+            if origin == AppendOrigin::Client && !b.is_control {
+                if b.producer_epoch != cur_epoch {
+                    if b.first_seq != 0 && cur_epoch != NO_PRODUCER_EPOCH {
+                        return Err(ProducerStateError::OutOfOrderSequence(format!(
+                            "Invalid sequence number for new epoch of producer {}: {} (request epoch), {} (seq. number), {} (current producer epoch)",
+                            b.producer_id, b.producer_epoch, b.first_seq, cur_epoch
+                        )));
+                    }
+                } else if cur_epoch != NO_PRODUCER_EPOCH && !in_sequence(cur_last_seq, b.first_seq)
+                {
+                    // An unknown producer (state expired or removed with old segments) is
+                    // accepted at any sequence, as Kafka does since KIP-360.
+                    return Err(ProducerStateError::OutOfOrderSequence(format!(
+                        "Out of order sequence number for producer {}: {} (incoming seq. number), {} (current end sequence number)",
+                        b.producer_id, b.first_seq, cur_last_seq
+                    )));
+                }
+            }
+            updated.insert(b.producer_id, (b.producer_epoch, b.last_seq()));
+        }
+        Ok(None)
+    }
+
+    /// Records a batch now in the log at `last_offset` (leader, follower and replay on load).
+    pub fn update(&mut self, b: &ProducerBatch, last_offset: i64) {
+        self.map_end_offset = self.map_end_offset.max(last_offset + 1);
+        if b.producer_id < 0 || b.is_control {
+            return;
+        }
+        let entry = self
+            .producers
+            .entry(b.producer_id)
+            .or_insert_with(|| ProducerStateEntry::empty(b.producer_id));
+        entry.add_batch(
+            b.producer_epoch,
+            BatchMetadata {
+                last_seq: b.last_seq(),
+                last_offset,
+                offset_delta: b.offset_delta,
+                timestamp: b.max_timestamp,
+            },
+        );
+    }
+
+    /// Writes `<map end offset>.snapshot` (atomically: temp file, fsync, rename).
+    pub fn take_snapshot(&mut self) -> Result<(), StorageError> {
+        let offset = self.map_end_offset;
+        if self.snapshots.contains_key(&offset) {
+            return Ok(());
+        }
+        let mut ids: Vec<&i64> = self.producers.keys().collect();
+        ids.sort_unstable();
+        let entries: Vec<&ProducerStateEntry> =
+            ids.into_iter().map(|id| &self.producers[id]).collect();
+        let bytes = write_snapshot(&entries);
+        let path = self.dir.join(snapshot_file_name(offset));
+        let tmp = self.dir.join(format!("{}.tmp", snapshot_file_name(offset)));
+        std::fs::write(&tmp, &bytes)?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+        self.snapshots.insert(offset, path);
+        Ok(())
+    }
+
+    fn remove_snapshot(&mut self, offset: i64) -> Result<(), StorageError> {
+        if let Some(path) = self.snapshots.remove(&offset) {
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes snapshots below `offset` (the segments they belong to are gone).
+    pub fn delete_snapshots_before(&mut self, offset: i64) -> Result<(), StorageError> {
+        let old: Vec<i64> = self.snapshots.range(..offset).map(|(o, _)| *o).collect();
+        for o in old {
+            self.remove_snapshot(o)?;
+        }
+        Ok(())
+    }
+
+    /// Drops producers idle for `producer.id.expiration.ms`.
+    pub fn remove_expired_producers(&mut self, now_ms: i64) -> usize {
+        let before = self.producers.len();
+        let expiration = self.expiration_ms;
+        self.producers.retain(|_, e| {
+            !(e.current_txn_first_offset.is_none() && now_ms - e.last_timestamp >= expiration)
+        });
+        before - self.producers.len()
+    }
+}
+
+pub fn snapshot_file_name(offset: i64) -> String {
+    format!("{offset:020}{SNAPSHOT_SUFFIX}")
+}
+
+fn parse_snapshot_name(name: &str) -> Option<i64> {
+    let digits = name.strip_suffix(SNAPSHOT_SUFFIX)?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// Kafka's ProducerSnapshot v1: version i16, crc u32 (CRC32C of what follows), then an array
+/// (i32 count) of entries.
+pub fn write_snapshot(entries: &[&ProducerStateEntry]) -> Vec<u8> {
+    let mut body = Vec::new();
+    let count: usize = entries.iter().map(|e| e.batches.len().max(1)).sum();
+    body.extend_from_slice(&(count as i32).to_be_bytes());
+    for e in entries {
+        let put = |body: &mut Vec<u8>, b: Option<&BatchMetadata>| {
+            body.extend_from_slice(&e.producer_id.to_be_bytes());
+            body.extend_from_slice(&e.producer_epoch.to_be_bytes());
+            body.extend_from_slice(&b.map_or(-1, |b| b.last_seq).to_be_bytes());
+            body.extend_from_slice(&b.map_or(-1, |b| b.last_offset).to_be_bytes());
+            body.extend_from_slice(&b.map_or(0, |b| b.offset_delta).to_be_bytes());
+            body.extend_from_slice(&b.map_or(e.last_timestamp, |b| b.timestamp).to_be_bytes());
+            body.extend_from_slice(&e.coordinator_epoch.to_be_bytes());
+            body.extend_from_slice(&e.current_txn_first_offset.unwrap_or(-1).to_be_bytes());
+        };
+        if e.batches.is_empty() {
+            put(&mut body, None);
+        }
+        for b in &e.batches {
+            put(&mut body, Some(b));
+        }
+    }
+    let mut out = Vec::with_capacity(6 + body.len());
+    out.extend_from_slice(&SNAPSHOT_VERSION.to_be_bytes());
+    out.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Parses a snapshot, merging the entries of one producer id back into its retained batches.
+pub fn read_snapshot(bytes: &[u8]) -> Result<Vec<ProducerStateEntry>, StorageError> {
+    let corrupt = |why: &str| StorageError::CorruptRecord(format!("producer snapshot: {why}"));
+    if bytes.len() < 10 {
+        return Err(corrupt("too short"));
+    }
+    let version = i16::from_be_bytes([bytes[0], bytes[1]]);
+    if version != SNAPSHOT_VERSION {
+        return Err(corrupt(&format!("unknown version {version}")));
+    }
+    let crc = u32::from_be_bytes(bytes[2..6].try_into().expect("4 bytes"));
+    if crc32c::crc32c(&bytes[6..]) != crc {
+        return Err(corrupt("CRC mismatch"));
+    }
+    let count = i32::from_be_bytes(bytes[6..10].try_into().expect("4 bytes"));
+    let body = &bytes[10..];
+    if count < 0 || body.len() != count as usize * ENTRY_SIZE {
+        return Err(corrupt("entry count does not match the file size"));
+    }
+    let mut by_id: BTreeMap<i64, ProducerStateEntry> = BTreeMap::new();
+    for chunk in body.chunks_exact(ENTRY_SIZE) {
+        let i64_at = |at: usize| i64::from_be_bytes(chunk[at..at + 8].try_into().expect("8 bytes"));
+        let i32_at = |at: usize| i32::from_be_bytes(chunk[at..at + 4].try_into().expect("4 bytes"));
+        let producer_id = i64_at(0);
+        let epoch = i16::from_be_bytes([chunk[8], chunk[9]]);
+        let last_seq = i32_at(10);
+        let last_offset = i64_at(14);
+        let offset_delta = i32_at(22);
+        let timestamp = i64_at(26);
+        let coordinator_epoch = i32_at(34);
+        let txn_first = i64_at(38);
+        let e = by_id
+            .entry(producer_id)
+            .or_insert_with(|| ProducerStateEntry::empty(producer_id));
+        e.coordinator_epoch = coordinator_epoch;
+        e.current_txn_first_offset = (txn_first >= 0).then_some(txn_first);
+        e.last_timestamp = timestamp;
+        if last_offset >= 0 {
+            e.add_batch(
+                epoch,
+                BatchMetadata {
+                    last_seq,
+                    last_offset,
+                    offset_delta,
+                    timestamp,
+                },
+            );
+        } else {
+            e.producer_epoch = epoch;
+        }
+    }
+    Ok(by_id.into_values().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(pid: i64, epoch: i16, first_seq: i32, n: i32) -> ProducerBatch {
+        ProducerBatch {
+            producer_id: pid,
+            producer_epoch: epoch,
+            first_seq,
+            offset_delta: n - 1,
+            max_timestamp: 1_000,
+            is_control: false,
+        }
+    }
+
+    fn psm() -> (tempfile::TempDir, ProducerStateManager) {
+        let dir = tempfile::tempdir().unwrap();
+        let m = ProducerStateManager::new(dir.path(), 86_400_000).unwrap();
+        (dir, m)
+    }
+
+    #[test]
+    fn sequences_duplicates_and_gaps() {
+        let (_d, mut m) = psm();
+        let c = AppendOrigin::Client;
+        // A new producer at sequence 0.
+        assert_eq!(m.validate(&[batch(7, 0, 0, 2)], c), Ok(None));
+        m.update(&batch(7, 0, 0, 2), 1);
+        // In sequence.
+        assert_eq!(m.validate(&[batch(7, 0, 2, 3)], c), Ok(None));
+        m.update(&batch(7, 0, 2, 3), 4);
+        // A retry of either retained batch is a duplicate with its original offsets.
+        let dup = m.validate(&[batch(7, 0, 0, 2)], c).unwrap().unwrap();
+        assert_eq!((dup.first_offset(), dup.last_offset), (0, 1));
+        let dup = m.validate(&[batch(7, 0, 2, 3)], c).unwrap().unwrap();
+        assert_eq!((dup.first_offset(), dup.last_offset), (2, 4));
+        // A gap, and a partial overlap, are out of order.
+        assert!(matches!(
+            m.validate(&[batch(7, 0, 6, 1)], c),
+            Err(ProducerStateError::OutOfOrderSequence(_))
+        ));
+        assert!(matches!(
+            m.validate(&[batch(7, 0, 1, 1)], c),
+            Err(ProducerStateError::OutOfOrderSequence(_))
+        ));
+        // An older epoch is fenced; a newer one must start at 0.
+        assert!(matches!(
+            m.validate(&[batch(7, 1, 3, 1)], c),
+            Err(ProducerStateError::OutOfOrderSequence(_))
+        ));
+        assert_eq!(m.validate(&[batch(7, 1, 0, 1)], c), Ok(None));
+        m.update(&batch(7, 1, 0, 1), 5);
+        assert!(matches!(
+            m.validate(&[batch(7, 0, 5, 1)], c),
+            Err(ProducerStateError::InvalidProducerEpoch(_))
+        ));
+        // Replication never refuses.
+        assert_eq!(
+            m.validate(&[batch(7, 1, 9, 1)], AppendOrigin::Replication),
+            Ok(None)
+        );
+        // Idempotence off passes unchecked.
+        assert_eq!(m.validate(&[batch(-1, -1, -1, 3)], c), Ok(None));
+    }
+
+    #[test]
+    fn only_the_last_five_batches_are_duplicates() {
+        let (_d, mut m) = psm();
+        for i in 0..7 {
+            m.update(&batch(1, 0, i, 1), i as i64);
+        }
+        let e = &m.producers()[&1];
+        assert_eq!(e.batches.len(), NUM_BATCHES_TO_RETAIN);
+        assert!(m
+            .validate(&[batch(1, 0, 1, 1)], AppendOrigin::Client)
+            .is_err());
+        assert!(m
+            .validate(&[batch(1, 0, 2, 1)], AppendOrigin::Client)
+            .unwrap()
+            .is_some());
+        assert_eq!(
+            m.validate(&[batch(1, 0, 7, 1)], AppendOrigin::Client),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn sequence_wraps_at_int_max() {
+        let (_d, mut m) = psm();
+        m.update(&batch(1, 0, i32::MAX - 1, 2), 1);
+        assert_eq!(m.producers()[&1].last_seq(), i32::MAX);
+        assert_eq!(
+            m.validate(&[batch(1, 0, 0, 1)], AppendOrigin::Client),
+            Ok(None)
+        );
+        m.update(&batch(1, 0, i32::MAX, 2), 3);
+        assert_eq!(m.producers()[&1].last_seq(), 0);
+    }
+
+    #[test]
+    fn unknown_producer_accepted_at_any_sequence() {
+        let (_d, m) = psm();
+        assert_eq!(
+            m.validate(&[batch(9, 3, 42, 1)], AppendOrigin::Client),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn several_batches_in_one_append_are_chained() {
+        let (_d, m) = psm();
+        let c = AppendOrigin::Client;
+        assert_eq!(
+            m.validate(&[batch(1, 0, 0, 2), batch(1, 0, 2, 1)], c),
+            Ok(None)
+        );
+        assert!(m
+            .validate(&[batch(1, 0, 0, 2), batch(1, 0, 3, 1)], c)
+            .is_err());
+    }
+
+    #[test]
+    fn snapshot_round_trip_keeps_all_five_batches() {
+        let (dir, mut m) = psm();
+        for i in 0..6 {
+            m.update(&batch(1, 2, i * 2, 2), i as i64 * 2 + 1);
+        }
+        m.update(&batch(2, 0, 0, 1), 20);
+        m.take_snapshot().unwrap();
+        assert!(dir.path().join(snapshot_file_name(21)).exists());
+        let mut m2 = ProducerStateManager::new(dir.path(), 86_400_000).unwrap();
+        assert_eq!(m2.load(0, 21, 1_000).unwrap(), 21);
+        assert_eq!(m2.producers(), m.producers());
+        assert_eq!(m2.producers()[&1].batches.len(), 5);
+        // A snapshot above the log end (a cut tail) is dropped; expired producers are not loaded.
+        let mut m3 = ProducerStateManager::new(dir.path(), 10).unwrap();
+        assert_eq!(m3.load(0, 20, 1_000_000).unwrap(), 0);
+        assert!(m3.producers().is_empty());
+        assert!(!dir.path().join(snapshot_file_name(21)).exists());
+    }
+
+    #[test]
+    fn corrupt_snapshot_is_skipped() {
+        let (dir, mut m) = psm();
+        m.update(&batch(1, 0, 0, 1), 0);
+        m.take_snapshot().unwrap();
+        let p = dir.path().join(snapshot_file_name(1));
+        let mut b = std::fs::read(&p).unwrap();
+        let n = b.len();
+        b[n - 1] ^= 1;
+        std::fs::write(&p, b).unwrap();
+        let mut m2 = ProducerStateManager::new(dir.path(), 86_400_000).unwrap();
+        assert_eq!(m2.load(0, 1, 1_000).unwrap(), 0);
+        assert!(m2.producers().is_empty());
+        assert!(read_snapshot(&[0, 1, 2]).is_err());
+    }
+
+    #[test]
+    fn snapshot_layout_matches_kafka() {
+        let mut e = ProducerStateEntry::empty(14011);
+        e.add_batch(
+            0,
+            BatchMetadata {
+                last_seq: 24,
+                last_offset: 74,
+                offset_delta: 0,
+                timestamp: 1_700_000_000_000,
+            },
+        );
+        let bytes = write_snapshot(&[&e]);
+        assert_eq!(bytes.len(), 2 + 4 + 4 + ENTRY_SIZE);
+        assert_eq!(&bytes[0..2], &[0, 1]);
+        assert_eq!(&bytes[6..10], &1i32.to_be_bytes());
+        assert_eq!(&bytes[10..18], &14011i64.to_be_bytes());
+        assert_eq!(&bytes[20..24], &24i32.to_be_bytes());
+        assert_eq!(&bytes[24..32], &74i64.to_be_bytes());
+        assert_eq!(&bytes[44..48], &(-1i32).to_be_bytes());
+        assert_eq!(&bytes[48..56], &(-1i64).to_be_bytes());
+    }
+
+    #[test]
+    fn expiration() {
+        let (_d, mut m) = psm();
+        m.set_expiration_ms(100);
+        m.update(&batch(1, 0, 0, 1), 0);
+        assert_eq!(m.remove_expired_producers(1_050), 0);
+        assert_eq!(m.remove_expired_producers(1_100), 1);
+    }
+}
