@@ -141,6 +141,11 @@ fn produce_and_consume_lines() {
     );
     assert_eq!(watermarks(&broker, "lines", 0), (0, 50));
     let got = consume_all(&broker, "lines", 0);
+    let keys: Vec<String> = got
+        .iter()
+        .map(|r| format!("{}:{}", r.offset, String::from_utf8_lossy(r.key.as_deref().unwrap_or(b"-"))))
+        .collect();
+    eprintln!("consumed (offset:key): {keys:?}");
     for (i, r) in got.iter().enumerate() {
         assert_eq!(r.key.as_deref(), Some(format!("k{i}").as_bytes()), "key of line {i}");
         assert_eq!(r.value.as_deref(), Some(format!("line {i}").as_bytes()), "value of line {i}");
