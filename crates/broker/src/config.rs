@@ -45,6 +45,8 @@ const KNOWN_BROKER_KEYS: &[&str] = &[
     "log.flush.offset.checkpoint.interval.ms",
     "listeners",
     "advertised.listeners",
+    "producer.id.expiration.ms",
+    "producer.id.expiration.check.interval.ms",
 ];
 
 #[derive(Debug, Clone)]
@@ -65,6 +67,8 @@ pub struct BrokerConfig {
     pub retention_check_interval_ms: u64,
     pub flush_scheduler_interval_ms: u64,
     pub checkpoint_interval_ms: u64,
+    pub producer_id_expiration_ms: i64,
+    pub producer_id_expiration_check_interval_ms: u64,
 }
 
 /// Parses Java `.properties` text: `key=value` or `key: value`, `#`/`!` comments.
@@ -151,6 +155,12 @@ impl BrokerConfig {
                 "log.flush.offset.checkpoint.interval.ms",
                 60_000,
             )?,
+            producer_id_expiration_ms: parse(&props, "producer.id.expiration.ms", 86_400_000)?,
+            producer_id_expiration_check_interval_ms: parse(
+                &props,
+                "producer.id.expiration.check.interval.ms",
+                600_000,
+            )?,
             props,
         };
         if cfg.num_partitions < 1 {
@@ -218,7 +228,10 @@ impl BrokerConfig {
 
     /// The storage settings for a topic with `overrides`.
     pub fn log_config(&self, overrides: &BTreeMap<String, String>) -> LogConfig {
-        let mut c = LogConfig::default();
+        let mut c = LogConfig {
+            producer_id_expiration_ms: self.producer_id_expiration_ms,
+            ..LogConfig::default()
+        };
         for (def, v, _) in self.effective_topic_configs(overrides) {
             let int = || v.trim().parse::<i64>().unwrap_or(0);
             match def.name {

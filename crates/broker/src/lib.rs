@@ -12,6 +12,7 @@ pub mod config;
 pub mod connection;
 pub mod handlers;
 pub mod partition;
+pub mod producer_ids;
 pub mod replica_manager;
 pub mod server;
 

@@ -233,6 +233,16 @@ impl ReplicaManager {
         }
     }
 
+    /// Drops the state of producers idle for `producer.id.expiration.ms`.
+    pub fn remove_expired_producers(&self, now_ms: i64) {
+        for p in self.all() {
+            let n = p.with_log(|log| log.remove_expired_producers(now_ms));
+            if n > 0 {
+                tracing::info!(topic = %p.topic, partition = p.index, expired = n, "expired producer state");
+            }
+        }
+    }
+
     /// Clean shutdown: flush and close every log, write checkpoints, then the marker that tells
     /// the next start it may skip recovery.
     pub fn shutdown(&self) -> Result<(), StorageError> {

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::config::{parse_properties, BrokerConfig};
+use crate::producer_ids::ProducerIdManager;
 use crate::replica_manager::ReplicaManager;
 
 #[derive(Debug, Error)]
@@ -47,6 +48,7 @@ pub struct Broker {
     pub cluster_id: String,
     pub controller: Arc<QuorumController>,
     pub replica_manager: Arc<ReplicaManager>,
+    pub producer_ids: ProducerIdManager,
     metadata: Arc<RwLock<Arc<MetadataImage>>>,
 }
 
@@ -133,6 +135,7 @@ impl Server {
         );
         Ok(Self {
             broker: Arc::new(Broker {
+                producer_ids: ProducerIdManager::new(config.node_id, controller.clone()),
                 config,
                 cluster_id,
                 controller,
@@ -195,14 +198,22 @@ async fn background_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>)
     ));
     let mut checkpoint =
         tokio::time::interval(Duration::from_millis(cfg.checkpoint_interval_ms.max(1)));
+    let mut expiration = tokio::time::interval(Duration::from_millis(
+        cfg.producer_id_expiration_check_interval_ms.max(1),
+    ));
     retention.tick().await;
     checkpoint.tick().await;
+    expiration.tick().await;
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             _ = retention.tick() => {
                 let rm = broker.replica_manager.clone();
                 let _ = tokio::task::spawn_blocking(move || rm.delete_old_segments(crate::now_ms())).await;
+            }
+            _ = expiration.tick() => {
+                let rm = broker.replica_manager.clone();
+                let _ = tokio::task::spawn_blocking(move || rm.remove_expired_producers(crate::now_ms())).await;
             }
             _ = checkpoint.tick() => {
                 let rm = broker.replica_manager.clone();

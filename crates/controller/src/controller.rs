@@ -102,6 +102,22 @@ impl AlterConfigOp {
     }
 }
 
+/// Producer ids are handed to brokers in blocks of this many (Kafka's `PRODUCER_ID_BLOCK_SIZE`).
+pub const PRODUCER_ID_BLOCK_SIZE: i32 = 1000;
+
+/// Ids `start .. start + len` belong to one broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerIdBlock {
+    pub start: i64,
+    pub len: i32,
+}
+
+impl ProducerIdBlock {
+    pub fn end(&self) -> i64 {
+        self.start + self.len as i64
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct TopicDefaults {
     pub num_partitions: i32,
@@ -455,6 +471,34 @@ impl QuorumController {
         self.commit(&mut state, records)
     }
 
+    /// Hands `broker_id` the next block of [`PRODUCER_ID_BLOCK_SIZE`] producer ids (Kafka's
+    /// AllocateProducerIds, KIP-730). The block is durable before it is returned, so no id is
+    /// ever issued twice, across restarts and brokers.
+    pub fn allocate_producer_ids(
+        &self,
+        broker_id: i32,
+    ) -> Result<ProducerIdBlock, ControllerError> {
+        let mut state = self.state.lock();
+        let start = state.image.next_producer_id;
+        if start > i64::MAX - PRODUCER_ID_BLOCK_SIZE as i64 {
+            return Err(ControllerError::InvalidRequest(
+                "Exhausted all producer ids.".into(),
+            ));
+        }
+        let next = start + PRODUCER_ID_BLOCK_SIZE as i64;
+        self.commit(
+            &mut state,
+            vec![MetadataRecord::ProducerIds {
+                broker_id,
+                next_producer_id: next,
+            }],
+        )?;
+        Ok(ProducerIdBlock {
+            start,
+            len: PRODUCER_ID_BLOCK_SIZE,
+        })
+    }
+
     /// IncrementalAlterConfigs for one topic.
     pub fn incremental_alter_topic_configs(
         &self,
@@ -721,6 +765,18 @@ mod tests {
         let dup = c.create_topics(&[spec("d", 1), spec("d", 1)], false);
         assert!(dup[0].is_ok());
         assert_eq!(dup[1].clone().unwrap_err().code(), 42);
+    }
+
+    #[test]
+    fn producer_id_blocks_never_repeat_across_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = controller(dir.path());
+        let a = c.allocate_producer_ids(1).unwrap();
+        let b = c.allocate_producer_ids(1).unwrap();
+        assert_eq!((a.start, a.len, b.start), (0, 1000, 1000));
+        drop(c);
+        let c = controller(dir.path());
+        assert_eq!(c.allocate_producer_ids(2).unwrap().start, 2000);
     }
 
     #[test]

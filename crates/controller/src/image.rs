@@ -40,6 +40,8 @@ pub struct MetadataImage {
     pub topic_names_by_id: HashMap<Uuid, String>,
     /// Number of records replayed; the image's position in the log.
     pub offset: u64,
+    /// The first producer id not yet handed out in any block.
+    pub next_producer_id: i64,
 }
 
 impl MetadataImage {
@@ -104,6 +106,11 @@ impl MetadataImage {
                         None => t.configs.remove(name),
                     };
                 }
+            }
+            MetadataRecord::ProducerIds {
+                next_producer_id, ..
+            } => {
+                self.next_producer_id = self.next_producer_id.max(*next_producer_id);
             }
             MetadataRecord::RemoveTopic { topic_id } => {
                 if let Some(name) = self.topic_names_by_id.remove(topic_id) {

@@ -21,7 +21,9 @@ pub mod names;
 pub mod record;
 pub mod topic_config;
 
-pub use controller::{ControllerError, CreateTopicSpec, QuorumController};
+pub use controller::{
+    ControllerError, CreateTopicSpec, ProducerIdBlock, QuorumController, PRODUCER_ID_BLOCK_SIZE,
+};
 pub use image::{BrokerInfo, MetadataImage, PartitionRegistration, TopicImage};
 pub use log::MetadataLog;
 pub use record::MetadataRecord;

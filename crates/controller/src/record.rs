@@ -33,4 +33,10 @@ pub enum MetadataRecord {
     },
     /// A topic and all its partitions are gone (RemoveTopicRecord).
     RemoveTopic { topic_id: Uuid },
+    /// A block of producer ids handed to a broker; ids below `next_producer_id` are never
+    /// issued again (ProducerIdsRecord).
+    ProducerIds {
+        broker_id: i32,
+        next_producer_id: i64,
+    },
 }

@@ -19,6 +19,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::InitProducerId, 0, 5),
 ];
 
 /// The advertised range for an API key, if Strom serves it.

@@ -6,6 +6,7 @@ mod api_versions;
 mod configs;
 mod describe_cluster;
 mod fetch;
+mod init_producer_id;
 mod list_offsets;
 mod metadata;
 mod produce;
@@ -137,6 +138,10 @@ pub async fn handle(
         ApiKey::IncrementalAlterConfigs => {
             let resp =
                 configs::incremental_alter_configs(broker, body!(IncrementalAlterConfigsRequest));
+            encode(api_key, version, corr, &resp)
+        }
+        ApiKey::InitProducerId => {
+            let resp = init_producer_id::handle(broker, body!(InitProducerIdRequest));
             encode(api_key, version, corr, &resp)
         }
         ApiKey::DescribeCluster => {
