@@ -25,7 +25,7 @@ SUDO := $(shell [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && echo
 
 export STROM_BIN
 
-.PHONY: test run build test-rust test-python test-java kcat venv kafka-ref-fetch
+.PHONY: test run build rust-deps test-rust test-python test-java kcat venv kafka-ref-fetch
 
 test:
 	@status=0; failed=""; \
@@ -42,7 +42,16 @@ run:
 build:
 	$(CARGO) build -p strom
 
-test-rust: build
+# librdkafka 2.12's cmake build (the rdkafka dev-dependency) includes curl/curl.h even with
+# OIDC off, so the curl headers must be present.
+rust-deps:
+	@if [ ! -f /usr/include/x86_64-linux-gnu/curl/curl.h ] && [ ! -f /usr/include/curl/curl.h ]; then \
+	  echo "installing libcurl4-openssl-dev with apt-get"; \
+	  $(SUDO) apt-get update -qq || true; \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq libcurl4-openssl-dev; \
+	fi
+
+test-rust: rust-deps build
 	$(CARGO) test --workspace --no-fail-fast
 
 kcat:
