@@ -11,10 +11,9 @@ use bytes::Bytes;
 use common::*;
 use strom_protocol::kafka::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use strom_protocol::kafka::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, ProduceRequest, ProduceResponse,
-    RequestHeader, ResponseHeader, TopicName,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, ProduceRequest, ProduceResponse, TopicName,
 };
-use strom_protocol::kafka::protocol::{Decodable, Encodable, StrBytes};
+use strom_protocol::kafka::protocol::StrBytes;
 use strom_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -45,41 +44,12 @@ fn assert_still_serving(broker: &Broker, recs: &[OutRec]) {
     assert_eq!(resp.error_code, 0);
 }
 
-fn encode_request<T: Encodable>(api: ApiKey, version: i16, corr: i32, body: &T) -> Vec<u8> {
-    let mut buf = Vec::new();
-    RequestHeader::default()
-        .with_request_api_key(api as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(corr)
-        .with_client_id(Some(StrBytes::from_static_str("strom-bad-input")))
-        .encode(&mut buf, api.request_header_version(version))
-        .unwrap();
-    body.encode(&mut buf, version).unwrap();
-    buf
-}
-
-fn decode_response<T: Decodable>(api: ApiKey, version: i16, frame: Vec<u8>) -> (i32, T) {
-    let mut b = Bytes::from(frame);
-    let h = ResponseHeader::decode(&mut b, api.response_header_version(version))
-        .unwrap_or_else(|e| panic!("{api:?} v{version} response header: {e}"));
-    let r = T::decode(&mut b, version).unwrap_or_else(|e| panic!("{api:?} v{version} response: {e}"));
-    assert!(b.is_empty(), "{api:?} v{version}: {} trailing bytes in response", b.len());
-    (h.correlation_id, r)
-}
-
-fn expect_frame(s: &mut std::net::TcpStream, what: &str) -> Vec<u8> {
-    match read_frame(s, WAIT) {
-        Reply::Frame(f) => f,
-        other => panic!("{what}: expected a response, got {other:?}"),
-    }
-}
-
 fn api_versions(s: &mut std::net::TcpStream, version: i16, corr: i32) -> (i32, ApiVersionsResponse) {
     let req = ApiVersionsRequest::default()
         .with_client_software_name(StrBytes::from_static_str("strom-it"))
         .with_client_software_version(StrBytes::from_static_str("1.0"));
     write_frame(s, &encode_request(ApiKey::ApiVersions, version, corr, &req)).unwrap();
-    let f = expect_frame(s, &format!("ApiVersions v{version}"));
+    let f = expect_frame(s, &format!("ApiVersions v{version}"), WAIT);
     decode_response(ApiKey::ApiVersions, version, f)
 }
 
@@ -131,7 +101,7 @@ fn produce_raw(broker: &Broker, topic: &'static str, batch: Vec<u8>) -> (i16, Op
                 .with_records(Some(Bytes::from(batch)))])]);
     let mut s = connect(broker);
     write_frame(&mut s, &encode_request(ApiKey::Produce, 9, 5, &req)).unwrap();
-    let f = expect_frame(&mut s, "Produce v9");
+    let f = expect_frame(&mut s, "Produce v9", WAIT);
     let (corr, resp): (i32, ProduceResponse) = decode_response(ApiKey::Produce, 9, f);
     assert_eq!(corr, 5);
     assert_eq!(resp.responses.len(), 1);

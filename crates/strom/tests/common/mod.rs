@@ -27,6 +27,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
+use strom_protocol::kafka::messages::{ApiKey, RequestHeader, ResponseHeader};
+use strom_protocol::kafka::protocol::{Decodable, Encodable, StrBytes};
 
 /// How long a broker may take to accept connections after being spawned.
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -653,6 +655,49 @@ pub fn assert_records_eq(got: &[Rec], want: &[OutRec]) {
 
 // ---------------------------------------------------------------------------------------------
 // Raw protocol helpers (for bad-input tests), built on the kafka-protocol crate.
+
+/// A request frame payload (header + body) encoded with the kafka-protocol crate.
+pub fn encode_request<T: Encodable>(api: ApiKey, version: i16, corr: i32, body: &T) -> Vec<u8> {
+    let mut buf = Vec::new();
+    RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(corr)
+        .with_client_id(Some(StrBytes::from_static_str("strom-it")))
+        .encode(&mut buf, api.request_header_version(version))
+        .unwrap();
+    body.encode(&mut buf, version).unwrap();
+    buf
+}
+
+/// Decodes a response frame payload, checking nothing is left over; returns the correlation id.
+pub fn decode_response<T: Decodable>(api: ApiKey, version: i16, frame: Vec<u8>) -> (i32, T) {
+    let mut b = bytes::Bytes::from(frame);
+    let h = ResponseHeader::decode(&mut b, api.response_header_version(version))
+        .unwrap_or_else(|e| panic!("{api:?} v{version} response header: {e}"));
+    let r = T::decode(&mut b, version).unwrap_or_else(|e| panic!("{api:?} v{version} response: {e}"));
+    assert!(b.is_empty(), "{api:?} v{version}: {} trailing bytes in response", b.len());
+    (h.correlation_id, r)
+}
+
+/// Reads one response frame, failing the test on a close or a timeout.
+pub fn expect_frame(s: &mut TcpStream, what: &str, timeout: Duration) -> Vec<u8> {
+    match read_frame(s, timeout) {
+        Reply::Frame(f) => f,
+        other => panic!("{what}: expected a response, got {other:?}"),
+    }
+}
+
+/// One request/response round trip on a raw connection.
+pub fn raw_call<Req: Encodable, Resp: Decodable>(s: &mut TcpStream, api: ApiKey, version: i16, req: &Req) -> Resp {
+    static CORR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(1000);
+    let corr = CORR.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    write_frame(s, &encode_request(api, version, corr, req)).unwrap();
+    let f = expect_frame(s, &format!("{api:?} v{version}"), Duration::from_secs(20));
+    let (got, resp) = decode_response(api, version, f);
+    assert_eq!(got, corr, "{api:?} correlation id");
+    resp
+}
 
 /// Writes one frame: 4-byte big-endian size + payload.
 pub fn write_frame(s: &mut TcpStream, payload: &[u8]) -> std::io::Result<()> {
