@@ -11,9 +11,10 @@ use bytes::Bytes;
 use common::*;
 use strom_protocol::kafka::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use strom_protocol::kafka::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, ProduceRequest, ProduceResponse, TopicName,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, ProduceRequest, ProduceResponse,
+    RequestHeader, TopicName,
 };
-use strom_protocol::kafka::protocol::StrBytes;
+use strom_protocol::kafka::protocol::{Encodable, StrBytes};
 use strom_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -258,7 +259,7 @@ fn api_versions_too_high_falls_back_to_v0_with_unsupported_version() {
         .encode(&mut buf, 4)
         .unwrap();
     write_frame(&mut s, &buf).unwrap();
-    let f = expect_frame(&mut s, "ApiVersions v99");
+    let f = expect_frame(&mut s, "ApiVersions v99", WAIT);
     let (corr, resp): (i32, ApiVersionsResponse) = decode_response(ApiKey::ApiVersions, 0, f);
     assert_eq!(corr, 99);
     assert_eq!(resp.error_code, 35, "UNSUPPORTED_VERSION");
