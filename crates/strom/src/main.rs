@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use strom_broker::config::{parse_properties, BrokerConfig};
 use strom_broker::Server;
 
+mod bench;
 mod cli;
 
 #[derive(Parser)]
@@ -29,6 +30,8 @@ enum Command {
     Produce(cli::produce::ProduceArgs),
     /// Print records to stdout (like kafka-console-consumer.sh).
     Consume(cli::consume::ConsumeArgs),
+    /// Benchmark a broker (records/s, MB/s, latency percentiles).
+    Bench(bench::BenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
             Command::Topics(args) => cli::topics::run(args).await,
             Command::Produce(args) => cli::produce::run(args).await,
             Command::Consume(args) => cli::consume::run(args).await,
+            Command::Bench(args) => bench::run(args).await,
         }
     });
     match result {
