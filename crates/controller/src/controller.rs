@@ -2,7 +2,7 @@
 //! metadata records. Records are made durable in the log, then replayed into a new image, then
 //! published to the broker, all under one lock so every observer sees images in log order.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::path::Path;
 use std::sync::Arc;
@@ -300,6 +300,7 @@ impl QuorumController {
             configs.insert(k.clone(), v.clone());
         }
         let brokers: Vec<i32> = image.brokers.keys().copied().collect();
+        let racks = broker_racks(image);
         let assignment = if spec.assignments.is_empty() {
             let partitions = match spec.num_partitions {
                 -1 => self.defaults.num_partitions,
@@ -325,7 +326,7 @@ impl QuorumController {
                     brokers.len()
                 )));
             }
-            assign_replicas_rack_unaware(partitions, rf as usize, &brokers, None, 0)
+            assign_replicas(partitions, rf as usize, &racks, None, 0)
         } else {
             if spec.num_partitions != -1 || spec.replication_factor != -1 {
                 return Err(ControllerError::InvalidRequest(
@@ -433,6 +434,7 @@ impl QuorumController {
             )));
         }
         let brokers: Vec<i32> = state.image.brokers.keys().copied().collect();
+        let racks = broker_racks(&state.image);
         let new = count - current;
         let plan = match assignments {
             Some(a) => {
@@ -457,7 +459,7 @@ impl QuorumController {
                         brokers.len()
                     )));
                 }
-                assign_replicas_rack_unaware(new, rf, &brokers, None, current)
+                assign_replicas(new, rf, &racks, None, current)
             }
         };
         if validate_only {
@@ -642,6 +644,137 @@ fn validate_assignment(
     Ok(out)
 }
 
+fn broker_racks(image: &MetadataImage) -> Vec<(i32, Option<String>)> {
+    image
+        .brokers
+        .values()
+        .map(|b| (b.node_id, b.rack.clone()))
+        .collect()
+}
+
+fn random_index(n: usize) -> usize {
+    RandomState::new().hash_one(0u8) as usize % n.max(1)
+}
+
+/// Kafka's placement (`AdminUtils.assignReplicasToBrokers`): rack-aware when every broker has a
+/// rack, rack-unaware when none has (a mix is placed rack-unaware, with a warning).
+pub fn assign_replicas(
+    partitions: i32,
+    replication_factor: usize,
+    brokers: &[(i32, Option<String>)],
+    fixed_start: Option<usize>,
+    start_partition: i32,
+) -> Vec<Vec<i32>> {
+    let with_rack = brokers.iter().filter(|(_, r)| r.is_some()).count();
+    if with_rack == brokers.len() && with_rack > 0 {
+        let racks: Vec<(i32, String)> = brokers
+            .iter()
+            .map(|(b, r)| (*b, r.clone().unwrap_or_default()))
+            .collect();
+        return assign_replicas_rack_aware(
+            partitions,
+            replication_factor,
+            &racks,
+            fixed_start,
+            start_partition,
+        );
+    }
+    if with_rack > 0 {
+        tracing::warn!("not every broker has a rack: placing replicas without rack awareness");
+    }
+    let mut ids: Vec<i32> = brokers.iter().map(|(b, _)| *b).collect();
+    ids.sort_unstable();
+    assign_replicas_rack_unaware(
+        partitions,
+        replication_factor,
+        &ids,
+        fixed_start,
+        start_partition,
+    )
+}
+
+/// Brokers ordered so consecutive ones sit in different racks: racks in name order, taking one
+/// broker (lowest id first) from each in turn (`getRackAlternatedBrokerList`).
+pub fn rack_alternated_brokers(brokers: &[(i32, String)]) -> Vec<i32> {
+    let mut by_rack: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for (b, r) in brokers {
+        by_rack.entry(r.as_str()).or_default().push(*b);
+    }
+    let mut iters: Vec<std::vec::IntoIter<i32>> = by_rack
+        .into_values()
+        .map(|mut v| {
+            v.sort_unstable();
+            v.into_iter()
+        })
+        .collect();
+    let mut out = Vec::with_capacity(brokers.len());
+    let mut i = 0;
+    while out.len() < brokers.len() {
+        if let Some(b) = iters[i].next() {
+            out.push(b);
+        }
+        i = (i + 1) % iters.len();
+    }
+    out
+}
+
+/// Kafka's rack-aware placement (`assignReplicasToBrokersRackAware`): leaders round-robin over
+/// the rack-alternated list; each follower is the next shifted broker whose rack (and which
+/// broker) has no replica of the partition yet, as long as such racks (brokers) remain.
+pub fn assign_replicas_rack_aware(
+    partitions: i32,
+    replication_factor: usize,
+    brokers: &[(i32, String)],
+    fixed_start: Option<usize>,
+    start_partition: i32,
+) -> Vec<Vec<i32>> {
+    let arranged = rack_alternated_brokers(brokers);
+    let n = arranged.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let rack_of: HashMap<i32, &str> = brokers.iter().map(|(b, r)| (*b, r.as_str())).collect();
+    let num_racks = rack_of.values().collect::<HashSet<_>>().len();
+    let start_index = fixed_start.unwrap_or_else(|| random_index(n));
+    let mut shift = fixed_start.unwrap_or_else(|| random_index(n));
+    let mut current = start_partition.max(0) as usize;
+    let mut out = Vec::with_capacity(partitions as usize);
+    for _ in 0..partitions {
+        if current > 0 && current % n == 0 {
+            shift += 1;
+        }
+        let first = (current + start_index) % n;
+        let leader = arranged[first];
+        let mut replicas = vec![leader];
+        let mut racks_with: HashSet<&str> = HashSet::from([rack_of[&leader]]);
+        let mut brokers_with: HashSet<i32> = HashSet::from([leader]);
+        let mut k = 0;
+        for _ in 0..replication_factor.saturating_sub(1) {
+            loop {
+                let broker = arranged[replica_index(first, shift * num_racks, k, n)];
+                let rack = rack_of[&broker];
+                k += 1;
+                if (!racks_with.contains(rack) || racks_with.len() == num_racks)
+                    && (!brokers_with.contains(&broker) || brokers_with.len() == n)
+                {
+                    replicas.push(broker);
+                    racks_with.insert(rack);
+                    brokers_with.insert(broker);
+                    break;
+                }
+            }
+        }
+        out.push(replicas);
+        current += 1;
+    }
+    out
+}
+
+fn replica_index(first: usize, second_shift: usize, replica: usize, n: usize) -> usize {
+    let shift = 1 + (second_shift + replica) % (n - 1);
+    (first + shift) % n
+}
+
 /// Kafka's rack-unaware placement (`AdminUtils.assignReplicasToBrokersRackUnaware`): leaders
 /// round-robin from a random start, followers shifted so replicas spread evenly. `fixed_start`
 /// makes it deterministic for tests.
@@ -656,9 +789,8 @@ pub fn assign_replicas_rack_unaware(
     if n == 0 {
         return Vec::new();
     }
-    let random = || RandomState::new().hash_one(0u8) as usize % n;
-    let start_index = fixed_start.unwrap_or_else(random);
-    let mut shift = fixed_start.unwrap_or_else(random);
+    let start_index = fixed_start.unwrap_or_else(|| random_index(n));
+    let mut shift = fixed_start.unwrap_or_else(|| random_index(n));
     let mut current = start_partition.max(0) as usize;
     let mut out = Vec::with_capacity(partitions as usize);
     for _ in 0..partitions {
@@ -668,8 +800,7 @@ pub fn assign_replicas_rack_unaware(
         let first = (current + start_index) % n;
         let mut replicas = vec![brokers[first]];
         for j in 0..replication_factor.saturating_sub(1) {
-            let s = 1 + (shift + j) % (n - 1);
-            replicas.push(brokers[(first + s) % n]);
+            replicas.push(brokers[replica_index(first, shift, j, n)]);
         }
         out.push(replicas);
         current += 1;
@@ -785,6 +916,74 @@ mod tests {
         let c = controller(dir.path());
         assert!(c.create_topics(&[spec("v", 2)], true)[0].is_ok());
         assert!(c.image().topic("v").is_none());
+    }
+
+    #[test]
+    fn rack_alternated_list_matches_kafka() {
+        // AdminUtilsTest: brokers 0..5 in racks rack1, rack3, rack3, rack2, rack2, rack1.
+        let b: Vec<(i32, String)> = [
+            (0, "rack1"),
+            (1, "rack3"),
+            (2, "rack3"),
+            (3, "rack2"),
+            (4, "rack2"),
+            (5, "rack1"),
+        ]
+        .iter()
+        .map(|(b, r)| (*b, r.to_string()))
+        .collect();
+        assert_eq!(rack_alternated_brokers(&b), vec![0, 3, 1, 5, 4, 2]);
+        // The same test's assignment of 7 partitions, RF 3, fixed start index and shift 0.
+        let a = assign_replicas_rack_aware(7, 3, &b, Some(0), 0);
+        let want: Vec<Vec<i32>> = vec![
+            vec![0, 3, 1],
+            vec![3, 1, 5],
+            vec![1, 5, 4],
+            vec![5, 4, 2],
+            vec![4, 2, 0],
+            vec![2, 0, 3],
+            vec![0, 4, 2],
+        ];
+        assert_eq!(a, want);
+    }
+
+    #[test]
+    fn rack_aware_spreads_racks_and_balances() {
+        let b: Vec<(i32, String)> = (0..6).map(|i| (i, format!("rack{}", i % 3))).collect();
+        for start in 0..6 {
+            let a = assign_replicas_rack_aware(12, 3, &b, Some(start), 0);
+            let mut leaders = HashMap::new();
+            let mut replicas = HashMap::new();
+            for r in &a {
+                let racks: HashSet<i32> = r.iter().map(|x| x % 3).collect();
+                assert_eq!(racks.len(), 3, "one replica per rack: {r:?}");
+                *leaders.entry(r[0]).or_insert(0) += 1;
+                for x in r {
+                    *replicas.entry(*x).or_insert(0) += 1;
+                }
+            }
+            let spread =
+                |m: &HashMap<i32, i32>| m.values().max().unwrap() - m.values().min().unwrap();
+            assert!(spread(&leaders) <= 1 && leaders.len() == 6, "{leaders:?}");
+            assert!(spread(&replicas) <= 1, "{replicas:?}");
+        }
+        // Fewer racks than replicas: every rack still used.
+        let two: Vec<(i32, String)> = (0..4).map(|i| (i, format!("r{}", i % 2))).collect();
+        for r in assign_replicas_rack_aware(8, 3, &two, Some(0), 0) {
+            assert_eq!(r.iter().map(|x| x % 2).collect::<HashSet<_>>().len(), 2);
+            assert_eq!(r.iter().collect::<HashSet<_>>().len(), 3);
+        }
+    }
+
+    #[test]
+    fn rack_unaware_is_balanced() {
+        let a = assign_replicas_rack_unaware(30, 3, &[1, 2, 3, 4, 5], None, 0);
+        let mut leaders = HashMap::new();
+        for r in &a {
+            assert_eq!(r.iter().collect::<HashSet<_>>().len(), 3);
+            *leaders.entry(r[0]).or_insert(0) += 1;
+        }
+        assert!(leaders.values().all(|&n| n == 6));
     }
 
     #[test]
