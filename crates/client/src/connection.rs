@@ -7,6 +7,7 @@
 //! response is discarded.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -151,6 +152,17 @@ impl Connection {
         self.shared.pending.lock().unwrap().closed.is_some()
     }
 
+    /// Closes the connection: every request awaiting a response fails with
+    /// [`Error::Disconnected`] and the socket is shut. Kafka's clients do this when a request
+    /// times out, so that nothing more is read from or written to a connection in an unknown
+    /// state.
+    pub fn close(&self, reason: &str) {
+        self.shared.close(reason.to_string());
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+
     /// Requests currently awaiting a response.
     pub fn in_flight(&self) -> usize {
         self.shared.pending.lock().unwrap().waiters.len()
@@ -263,6 +275,13 @@ impl Connection {
 
     /// Sends and returns the response body (after the response header).
     async fn roundtrip_raw<R: Request>(&self, req: &R, version: i16) -> Result<Bytes> {
+        let pending = self.start_raw(req, version)?;
+        self.finish_raw(pending).await
+    }
+
+    /// Encodes `req`, registers its correlation id and queues the frame for writing, all
+    /// before returning: frames queued by successive calls are written in call order.
+    fn start_raw<R: Request>(&self, req: &R, version: i16) -> Result<PendingResponse> {
         let api = ApiKey::try_from(R::KEY).map_err(|_| Error::Protocol("bad api key".into()))?;
         let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed);
         let frame = self.encode(req, version, correlation_id)?;
@@ -283,6 +302,21 @@ impl Connection {
                 .remove(&correlation_id);
             return Err(Error::Disconnected(self.shared.addr.clone()));
         }
+        Ok(PendingResponse {
+            api,
+            version,
+            correlation_id,
+            rx,
+        })
+    }
+
+    async fn finish_raw(&self, pending: PendingResponse) -> Result<Bytes> {
+        let PendingResponse {
+            api,
+            version,
+            correlation_id,
+            rx,
+        } = pending;
         let timeout = self.config.request_timeout;
         let payload = match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(r)) => r?,
@@ -312,6 +346,33 @@ impl Connection {
         }
         Ok(payload)
     }
+
+    /// Queues `req` on the socket now (synchronously) and returns a future for its response.
+    /// Requests queued by successive calls reach the broker in call order, which is what
+    /// the producer relies on to keep a partition's batches in order; with [`Connection::send`]
+    /// the order is only that in which the futures are first polled.
+    pub fn send_ordered<R: Request>(
+        self: &Arc<Self>,
+        req: &R,
+        version: i16,
+    ) -> Result<impl Future<Output = Result<R::Response>> + Send + 'static> {
+        let pending = self.start_raw(req, version)?;
+        let conn = self.clone();
+        Ok(async move {
+            let mut body = conn.finish_raw(pending).await?;
+            R::Response::decode(&mut body, version).map_err(|e| {
+                Error::Protocol(format!("decoding {} v{version}: {e}", key_name(R::KEY)))
+            })
+        })
+    }
+}
+
+/// A request written (or queued for writing) whose response has not been read yet.
+struct PendingResponse {
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    rx: oneshot::Receiver<Result<Bytes>>,
 }
 
 async fn write_loop(
@@ -378,6 +439,7 @@ pub fn api_name(api: ApiKey) -> &'static str {
         ApiKey::DescribeConfigs => "DescribeConfigs",
         ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
         ApiKey::DescribeCluster => "DescribeCluster",
+        ApiKey::InitProducerId => "InitProducerId",
         _ => "request",
     }
 }

@@ -40,6 +40,11 @@ pub enum Error {
     /// A configuration value or argument is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A configuration Kafka's clients reject with a `ConfigException`; the text is Kafka's
+    /// message, unchanged (e.g. "Must set acks to all in order to use the idempotent producer.
+    /// Otherwise we cannot guarantee idempotence.").
+    #[error("{0}")]
+    ConfigException(String),
     /// The producer or consumer was closed.
     #[error("client closed")]
     Closed,
@@ -76,6 +81,10 @@ pub fn describe(code: ErrorCode) -> &'static str {
         ErrorCode::UnknownServerError => "The server experienced an unexpected error when processing the request.",
         ErrorCode::TopicDeletionDisabled => "Topic deletion is disabled.",
         ErrorCode::PolicyViolation => "Request parameters do not satisfy the configured policy.",
+        ErrorCode::OutOfOrderSequenceNumber => "The broker received an out of order sequence number.",
+        ErrorCode::DuplicateSequenceNumber => "The broker received a duplicate sequence number.",
+        ErrorCode::InvalidProducerEpoch => "Producer attempted to produce with an old epoch.",
+        ErrorCode::UnknownProducerId => "This exception is raised by the broker if it could not locate the producer metadata associated with the producerId in question.",
         _ => "Kafka error",
     }
 }

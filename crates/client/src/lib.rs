@@ -8,7 +8,8 @@
 //! - [`Admin`]: create/delete/list/describe topics, describe and alter topic configs, describe
 //!   the cluster.
 //! - [`Producer`]: a batching producer (record accumulator, linger, compression, acks, retries,
-//!   Kafka's murmur2 key partitioner and a sticky partitioner for null keys).
+//!   Kafka's murmur2 key partitioner and a sticky partitioner for null keys), idempotent by
+//!   default as Kafka's (producer id, epoch and per-partition sequences; see [`idempotence`]).
 //! - [`Consumer`]: manual assignment, seek and poll (no consumer groups yet).
 //!
 //! Message structs come from the `kafka-protocol` crate via [`strom_protocol::kafka`].
@@ -30,6 +31,7 @@ pub mod client;
 pub mod connection;
 pub mod consumer;
 pub mod error;
+pub mod idempotence;
 pub mod partitioner;
 pub mod producer;
 pub mod versions;
@@ -42,7 +44,8 @@ pub use connection::{Connection, ConnectionConfig};
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetReset};
 pub use error::{Error, Result};
 pub use producer::{
-    Acks, Compression, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
+    Acks, Compression, DeliveryFuture, Producer, ProducerConfig, ProducerIdAndEpoch,
+    ProducerRecord, RecordMetadata,
 };
 pub use strom_protocol::kafka;
 pub use strom_protocol::ErrorCode;
