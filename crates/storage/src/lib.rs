@@ -18,6 +18,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod index;
+pub mod leader_epoch;
 mod log;
 pub mod producer_state;
 pub mod segment;

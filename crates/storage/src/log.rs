@@ -11,6 +11,7 @@ use strom_protocol::batch::{
 
 use crate::checkpoint::sync_dir;
 use crate::config::{LogConfig, TimestampType};
+use crate::leader_epoch::LeaderEpochFileCache;
 use crate::producer_state::{ProducerBatch, ProducerStateError, ProducerStateManager};
 use crate::segment::{
     log_file_name, offset_index_file_name, time_index_file_name, BatchHeader, LogSegment,
@@ -43,6 +44,7 @@ pub struct UnifiedLog {
     /// A segment file was created or deleted since the directory was last fsynced.
     dir_dirty: bool,
     producer_state: ProducerStateManager,
+    leader_epoch_cache: LeaderEpochFileCache,
 }
 
 fn parse_log_file_name(name: &str) -> Option<i64> {
@@ -171,6 +173,14 @@ impl UnifiedLog {
             .expect("non-empty")
             .next_offset();
         let producer_state = ProducerStateManager::new(dir, config.producer_id_expiration_ms)?;
+        let (leader_epoch_cache, epochs_found) = match LeaderEpochFileCache::load(dir) {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "rebuilding unreadable leader-epoch-checkpoint");
+                std::fs::remove_file(dir.join(crate::leader_epoch::LEADER_EPOCH_CHECKPOINT_FILE))?;
+                LeaderEpochFileCache::load(dir)?
+            }
+        };
         let mut log = Self {
             dir: dir.to_path_buf(),
             config,
@@ -180,8 +190,10 @@ impl UnifiedLog {
             recovery_point: log_end_offset,
             dir_dirty,
             producer_state,
+            leader_epoch_cache,
         };
         log.load_producer_state()?;
+        log.load_leader_epochs(epochs_found)?;
         if let Some(base) = first_recovered {
             // Make what recovery rewrote durable, so the recovery point can move to the end.
             log.recovery_point = base;
@@ -358,6 +370,9 @@ impl UnifiedLog {
         self.maybe_roll(buf.len(), max_timestamp, last_offset, first_offset, now_ms)?;
         self.active_mut().append(&buf)?;
         self.log_end_offset = next;
+        if self.leader_epoch_cache.assign(leader_epoch, first_offset) {
+            self.leader_epoch_cache.flush()?;
+        }
         let mut batch_end = first_offset;
         for b in &analyzed.producer_batches {
             batch_end += b.offset_delta as i64 + 1;
@@ -404,10 +419,17 @@ impl UnifiedLog {
         self.active_mut().append(records)?;
         self.log_end_offset = a.last_offset + 1;
         let mut iter = BatchIter::new(records);
+        let mut epochs_changed = false;
         for (b, view) in a.producer_batches.iter().zip(&mut iter) {
             if let Ok(view) = view {
                 self.producer_state.update(b, view.last_offset());
+                epochs_changed |= self
+                    .leader_epoch_cache
+                    .assign(view.partition_leader_epoch(), view.base_offset());
             }
+        }
+        if epochs_changed {
+            self.leader_epoch_cache.flush()?;
         }
         self.maybe_flush()?;
         Ok(LogAppendInfo {
@@ -685,6 +707,12 @@ impl UnifiedLog {
         self.log_start_offset = self.log_start_offset.max(first);
         self.recovery_point = self.recovery_point.max(self.log_start_offset);
         self.producer_state.delete_snapshots_before(first)?;
+        if self
+            .leader_epoch_cache
+            .truncate_from_start(self.log_start_offset)
+        {
+            self.leader_epoch_cache.flush()?;
+        }
         Ok(doomed.len())
     }
 
@@ -706,6 +734,9 @@ impl UnifiedLog {
         self.delete_segments_while(hw, crate::segment::now_ms(), |_, next| {
             next.is_some_and(|n| n.base_offset() <= new_start)
         })?;
+        if self.leader_epoch_cache.truncate_from_start(new_start) {
+            self.leader_epoch_cache.flush()?;
+        }
         Ok(())
     }
 
@@ -752,7 +783,56 @@ impl UnifiedLog {
         }
         self.dir_dirty = true;
         self.recovery_point = self.recovery_point.min(self.log_end_offset);
+        if self
+            .leader_epoch_cache
+            .truncate_from_end(self.log_end_offset)
+        {
+            self.leader_epoch_cache.flush()?;
+        }
         self.load_producer_state()
+    }
+
+    /// Makes the epoch cache agree with the recovered log: entries past the log end go (a cut
+    /// tail), and a missing checkpoint is rebuilt from the batch headers.
+    fn load_leader_epochs(&mut self, found: bool) -> Result<(), StorageError> {
+        let mut changed = false;
+        if !found {
+            for seg in self.segments.values() {
+                let mut pos = 0;
+                while pos < seg.size() {
+                    let h = seg.read_header(pos)?;
+                    changed |= self
+                        .leader_epoch_cache
+                        .assign(h.partition_leader_epoch, h.base_offset);
+                    pos += h.size as u64;
+                }
+            }
+        }
+        changed |= self
+            .leader_epoch_cache
+            .truncate_from_end(self.log_end_offset);
+        changed |= self
+            .leader_epoch_cache
+            .truncate_from_start(self.log_start_offset);
+        if changed || !found {
+            self.leader_epoch_cache.flush()?;
+        }
+        Ok(())
+    }
+
+    /// The newest leader epoch in the log, if any batch carries one.
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.leader_epoch_cache.latest_epoch()
+    }
+
+    /// OffsetForLeaderEpoch: the largest epoch <= `epoch` and the offset where it ends.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        self.leader_epoch_cache
+            .end_offset_for(epoch, self.log_end_offset)
+    }
+
+    pub fn leader_epoch_cache(&self) -> &LeaderEpochFileCache {
+        &self.leader_epoch_cache
     }
 
     /// Rebuilds producer state: the newest snapshot at or below the log end, then the batch

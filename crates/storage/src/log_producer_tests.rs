@@ -184,3 +184,34 @@ fn follower_append_tracks_state_without_checks() {
     log.append_as_follower(&b, T0).unwrap();
     assert_eq!(log.producer_state().producers()[&8].last_seq(), 11);
 }
+
+#[test]
+fn leader_epochs_are_checkpointed_truncated_and_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), config());
+    for (epoch, n) in [(3, 2), (3, 1), (5, 2), (8, 1)] {
+        log.append_as_leader(&idempotent(-1, -1, -1, n), epoch, AppendOrigin::Client, T0)
+            .unwrap();
+    }
+    assert_eq!(log.latest_epoch(), Some(8));
+    assert_eq!(log.end_offset_for_epoch(3), (3, 3));
+    assert_eq!(log.end_offset_for_epoch(4), (3, 3));
+    assert_eq!(log.end_offset_for_epoch(5), (5, 5));
+    assert_eq!(log.end_offset_for_epoch(9), (8, 6));
+    assert_eq!(log.end_offset_for_epoch(2), (-1, -1));
+    let path = dir.path().join("leader-epoch-checkpoint");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "0\n3\n3 0\n5 3\n8 5\n"
+    );
+    log.truncate_to(5).unwrap();
+    assert_eq!(log.latest_epoch(), Some(5));
+    log.close().unwrap();
+    drop(log);
+    std::fs::remove_file(&path).unwrap();
+    let log = open(dir.path(), config());
+    assert_eq!(log.end_offset_for_epoch(3), (3, 3));
+    assert_eq!(log.end_offset_for_epoch(5), (5, 5));
+    assert_eq!(log.latest_epoch(), Some(5));
+    assert!(path.exists());
+}
