@@ -9,6 +9,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -660,6 +661,7 @@ pub struct Producer {
     commands: mpsc::UnboundedSender<Command>,
     producer_id: Arc<Mutex<ProducerIdAndEpoch>>,
     idempotent: bool,
+    retries: Arc<AtomicU64>,
     _task: Arc<TaskGuard>,
 }
 
@@ -703,7 +705,9 @@ impl Producer {
         let (tx, rx) = mpsc::unbounded_channel();
         let (etx, erx) = mpsc::unbounded_channel();
         let producer_id = Arc::new(Mutex::new(ProducerIdAndEpoch::NONE));
+        let retries = Arc::new(AtomicU64::new(0));
         let state = State {
+            retried: retries.clone(),
             client,
             guarantee_order: config.max_in_flight == 1,
             config,
@@ -730,6 +734,7 @@ impl Producer {
             commands: tx,
             producer_id,
             idempotent,
+            retries,
             _task: Arc::new(TaskGuard(Some(task))),
         })
     }
@@ -756,6 +761,12 @@ impl Producer {
     /// The producer id in use, -1 when none (see [`Producer::producer_id_and_epoch`]).
     pub fn producer_id(&self) -> i64 {
         self.producer_id_and_epoch().producer_id
+    }
+
+    /// How many times a batch was re-queued for a retry so far (Kafka's `record-retry-total`
+    /// counts records; this counts batches).
+    pub fn retried_batches(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
     }
 
     /// The producer epoch in use, -1 when none.
@@ -844,6 +855,7 @@ struct State {
     fatal: Option<Error>,
     init_attempt: u32,
     shared_pid: Arc<Mutex<ProducerIdAndEpoch>>,
+    retried: Arc<AtomicU64>,
 }
 
 impl State {
@@ -1281,6 +1293,7 @@ impl State {
     /// Kafka's `RecordAccumulator.reenqueue`: with idempotence the batch goes back in sequence
     /// order (`insertInSequenceOrder`), else before every batch created after it.
     fn reenqueue(&mut self, mut b: ProducerBatch) {
+        self.retried.fetch_add(1, Ordering::Relaxed);
         b.retry_at = Some(Instant::now() + self.config.backoff(b.attempts));
         b.attempts += 1;
         let q = self

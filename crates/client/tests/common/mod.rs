@@ -86,6 +86,26 @@ impl Broker {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// The broker's `--data-dir`.
+    pub fn data_dir(&self) -> PathBuf {
+        self._dir.path().join("data")
+    }
+
+    /// The broker's process id (for `kill -STOP` / `-CONT`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (e.g. "STOP", "CONT") to the broker process.
+    pub fn signal(&self, signal: &str) {
+        let st = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("kill");
+        assert!(st.success(), "kill -{signal} failed");
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self._dir.path().join("broker.log")).unwrap_or_default()
     }
@@ -93,10 +113,62 @@ impl Broker {
 
 impl Drop for Broker {
     fn drop(&mut self) {
+        // A stopped process cannot be reaped until continued.
+        let _ = Command::new("kill")
+            .arg("-CONT")
+            .arg(self.child.id().to_string())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
         if std::thread::panicking() {
             eprintln!("--- broker log\n{}", self.log());
         }
     }
+}
+
+/// One batch as `strom dump-log` prints it: the `key: value` pairs of its line.
+#[derive(Debug, Clone)]
+pub struct DumpedBatch(pub std::collections::HashMap<String, String>);
+
+impl DumpedBatch {
+    pub fn get(&self, key: &str) -> i64 {
+        self.0
+            .get(key)
+            .unwrap_or_else(|| panic!("no {key} in {:?}", self.0))
+            .parse()
+            .unwrap()
+    }
+}
+
+/// Runs `strom dump-log --files <log>` and parses its batch lines.
+pub fn dump_log(log: &std::path::Path) -> Vec<DumpedBatch> {
+    let out = Command::new(strom_bin())
+        .arg("dump-log")
+        .arg("--files")
+        .arg(log)
+        .output()
+        .expect("run strom dump-log");
+    assert!(
+        out.status.success(),
+        "dump-log failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("baseOffset:"))
+        .map(|l| {
+            let toks: Vec<&str> = l.split_whitespace().collect();
+            let mut m = std::collections::HashMap::new();
+            let mut i = 0;
+            while i + 1 < toks.len() {
+                if let Some(k) = toks[i].strip_suffix(':') {
+                    m.insert(k.to_string(), toks[i + 1].to_string());
+                    i += 2;
+                } else {
+                    i += 1;
+                }
+            }
+            DumpedBatch(m)
+        })
+        .collect()
 }
