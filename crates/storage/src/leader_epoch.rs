@@ -94,19 +94,23 @@ impl LeaderEpochFileCache {
         true
     }
 
-    /// OffsetForLeaderEpoch: `(largest epoch <= requested, end offset of that epoch)`, where
-    /// the end offset is the start of the next higher epoch, or `log_end_offset` for the latest
-    /// one; `(-1, -1)` when the requested epoch is older than anything known.
+    /// OffsetForLeaderEpoch, as Kafka's `endOffsetFor`: the latest epoch ends at the log end;
+    /// an older one at the start of the next higher epoch, paired with the largest epoch <= the
+    /// requested one (or the requested one itself when it predates every known epoch); an
+    /// undefined or unknown newer epoch gives `(-1, -1)`.
     pub fn end_offset_for(&self, requested: i32, log_end_offset: i64) -> (i32, i64) {
-        match self.entries.iter().rposition(|e| e.epoch <= requested) {
-            None => (-1, -1),
-            Some(i) => {
-                let end = self
-                    .entries
-                    .get(i + 1)
-                    .map_or(log_end_offset, |next| next.start_offset);
-                (self.entries[i].epoch, end)
-            }
+        if requested < 0 {
+            return (-1, -1);
+        }
+        if self.latest_epoch() == Some(requested) {
+            return (requested, log_end_offset);
+        }
+        let Some(higher) = self.entries.iter().find(|e| e.epoch > requested) else {
+            return (-1, -1);
+        };
+        match self.entries.iter().rev().find(|e| e.epoch <= requested) {
+            Some(floor) => (floor.epoch, higher.start_offset),
+            None => (requested, higher.start_offset),
         }
     }
 
@@ -168,11 +172,13 @@ mod tests {
     fn end_offsets_follow_kafka() {
         let (_d, c) = cache(&[(0, 0), (2, 10), (5, 30)]);
         assert_eq!(c.end_offset_for(5, 42), (5, 42));
-        assert_eq!(c.end_offset_for(7, 42), (5, 42));
+        assert_eq!(c.end_offset_for(7, 42), (-1, -1));
         assert_eq!(c.end_offset_for(2, 42), (2, 30));
         assert_eq!(c.end_offset_for(3, 42), (2, 30));
         assert_eq!(c.end_offset_for(0, 42), (0, 10));
         assert_eq!(c.end_offset_for(-1, 42), (-1, -1));
+        let (_d, c) = cache(&[(4, 100), (6, 130)]);
+        assert_eq!(c.end_offset_for(1, 200), (1, 100));
     }
 
     #[test]

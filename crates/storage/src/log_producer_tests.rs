@@ -197,8 +197,9 @@ fn leader_epochs_are_checkpointed_truncated_and_rebuilt() {
     assert_eq!(log.end_offset_for_epoch(3), (3, 3));
     assert_eq!(log.end_offset_for_epoch(4), (3, 3));
     assert_eq!(log.end_offset_for_epoch(5), (5, 5));
-    assert_eq!(log.end_offset_for_epoch(9), (8, 6));
-    assert_eq!(log.end_offset_for_epoch(2), (-1, -1));
+    assert_eq!(log.end_offset_for_epoch(8), (8, 6));
+    assert_eq!(log.end_offset_for_epoch(9), (-1, -1));
+    assert_eq!(log.end_offset_for_epoch(2), (2, 0));
     let path = dir.path().join("leader-epoch-checkpoint");
     assert_eq!(
         std::fs::read_to_string(&path).unwrap(),

@@ -4,11 +4,13 @@
 
 mod api_versions;
 mod configs;
+mod delete_records;
 mod describe_cluster;
 mod fetch;
 mod init_producer_id;
 mod list_offsets;
 mod metadata;
+mod offset_for_leader_epoch;
 mod produce;
 mod topics;
 
@@ -138,6 +140,14 @@ pub async fn handle(
         ApiKey::IncrementalAlterConfigs => {
             let resp =
                 configs::incremental_alter_configs(broker, body!(IncrementalAlterConfigsRequest));
+            encode(api_key, version, corr, &resp)
+        }
+        ApiKey::OffsetForLeaderEpoch => {
+            let resp = offset_for_leader_epoch::handle(broker, body!(OffsetForLeaderEpochRequest));
+            encode(api_key, version, corr, &resp)
+        }
+        ApiKey::DeleteRecords => {
+            let resp = delete_records::handle(broker, body!(DeleteRecordsRequest));
             encode(api_key, version, corr, &resp)
         }
         ApiKey::InitProducerId => {

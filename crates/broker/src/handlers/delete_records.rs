@@ -1,0 +1,52 @@
+//! DeleteRecords: moves a partition's log start offset forward (offset -1 = the high
+//! watermark), deleting whole segments below it; the answer is the new low watermark.
+
+use std::sync::Arc;
+
+use strom_protocol::kafka::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
+use strom_protocol::kafka::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
+use strom_protocol::ErrorCode;
+
+use crate::server::Broker;
+
+const HIGH_WATERMARK: i64 = -1;
+
+pub fn handle(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+    let topics = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let name = t.name.0.to_string();
+            let partitions = t
+                .partitions
+                .into_iter()
+                .map(|p| {
+                    let res = DeleteRecordsPartitionResult::default()
+                        .with_partition_index(p.partition_index)
+                        .with_low_watermark(-1);
+                    let Some(part) = broker.replica_manager.get(&name, p.partition_index) else {
+                        return res.with_error_code(ErrorCode::UnknownTopicOrPartition.code());
+                    };
+                    if !part.is_leader() {
+                        return res.with_error_code(ErrorCode::NotLeaderOrFollower.code());
+                    }
+                    let hw = part.high_watermark();
+                    let target = if p.offset == HIGH_WATERMARK { hw } else { p.offset };
+                    if target < 0 || target > hw {
+                        return res.with_error_code(ErrorCode::OffsetOutOfRange.code());
+                    }
+                    match part.with_log(|log| log.maybe_increment_log_start_offset(target)) {
+                        Ok(()) => res.with_low_watermark(part.log_start_offset()),
+                        Err(e) => res.with_error_code(e.error_code().code()),
+                    }
+                })
+                .collect();
+            DeleteRecordsTopicResult::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    DeleteRecordsResponse::default().with_topics(topics)
+}
