@@ -270,7 +270,8 @@ async fn config_validation_at_construction() {
     let b = Broker::start();
     create_topic(&b, "validation", 1).await;
     let boot = b.bootstrap();
-    let cases: &[(&[(&str, &str)], Result<bool, &str>)] = &[
+    type Case<'a> = (&'a [(&'a str, &'a str)], Result<bool, &'a str>);
+    let cases: &[Case] = &[
         (&[], Ok(true)),
         (
             &[("enable.idempotence", "true"), ("acks", "1")],
