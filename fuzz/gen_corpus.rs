@@ -1,0 +1,263 @@
+//! Writes small valid seeds into `fuzz/seeds/<target>/` (run from `fuzz/`:
+//! `cargo run --bin gen_corpus`). The seeds are committed; re-running is idempotent.
+
+use std::path::Path;
+
+use bytes::{BufMut, BytesMut};
+use strom_protocol::apis::SUPPORTED;
+use strom_protocol::batch::{set_base_offset, BatchView};
+use strom_protocol::kafka::messages::*;
+use strom_protocol::kafka::protocol::{Encodable, StrBytes};
+use strom_protocol::kafka::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+fn batch(n: usize, compression: Compression, producer_id: i64) -> Vec<u8> {
+    let records: Vec<Record> = (0..n)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id,
+            producer_epoch: 0,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: if producer_id >= 0 { i as i32 } else { -1 },
+            timestamp: 1_700_000_000_000 + i as i64,
+            key: Some(bytes::Bytes::from(format!("k{i}"))),
+            value: Some(bytes::Bytes::from(format!("v{i}"))),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .unwrap();
+    buf.to_vec()
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join(name), bytes).unwrap();
+}
+
+/// `size | header | body` for one request.
+fn frame<R: Encodable>(key: ApiKey, version: i16, req: &R) -> Vec<u8> {
+    let hv = key.request_header_version(version);
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(7)
+        .with_client_id(Some(StrBytes::from_static_str("fuzz")));
+    let mut body = BytesMut::new();
+    header.encode(&mut body, hv).unwrap();
+    req.encode(&mut body, version).unwrap();
+    let mut out = BytesMut::new();
+    out.put_i32(body.len() as i32);
+    out.extend_from_slice(&body);
+    out.to_vec()
+}
+
+fn topic(s: &'static str) -> TopicName {
+    TopicName(StrBytes::from_static_str(s))
+}
+
+fn request(key: ApiKey, version: i16) -> Vec<u8> {
+    match key {
+        ApiKey::Produce => {
+            let p = produce_request::PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(batch(2, Compression::None, -1).into()));
+            let t = produce_request::TopicProduceData::default()
+                .with_name(topic("t"))
+                .with_partition_data(vec![p]);
+            let req = ProduceRequest::default()
+                .with_acks(1)
+                .with_timeout_ms(1000)
+                .with_topic_data(vec![t]);
+            frame(key, version, &req)
+        }
+        ApiKey::Fetch => {
+            let p = fetch_request::FetchPartition::default().with_partition(0);
+            let t = fetch_request::FetchTopic::default()
+                .with_topic(topic("t"))
+                .with_partitions(vec![p]);
+            let req = FetchRequest::default()
+                .with_max_wait_ms(0)
+                .with_topics(vec![t]);
+            frame(key, version, &req)
+        }
+        ApiKey::ListOffsets => {
+            let p = list_offsets_request::ListOffsetsPartition::default()
+                .with_partition_index(0)
+                .with_timestamp(-1);
+            let t = list_offsets_request::ListOffsetsTopic::default()
+                .with_name(topic("t"))
+                .with_partitions(vec![p]);
+            frame(
+                key,
+                version,
+                &ListOffsetsRequest::default().with_topics(vec![t]),
+            )
+        }
+        ApiKey::Metadata => {
+            let t = metadata_request::MetadataRequestTopic::default().with_name(Some(topic("t")));
+            frame(
+                key,
+                version,
+                &MetadataRequest::default().with_topics(Some(vec![t])),
+            )
+        }
+        ApiKey::ApiVersions => {
+            let req = ApiVersionsRequest::default()
+                .with_client_software_name(StrBytes::from_static_str("fuzz"))
+                .with_client_software_version(StrBytes::from_static_str("1"));
+            frame(key, version, &req)
+        }
+        ApiKey::CreateTopics => {
+            let t = create_topics_request::CreatableTopic::default()
+                .with_name(topic("t"))
+                .with_num_partitions(1)
+                .with_replication_factor(1);
+            frame(
+                key,
+                version,
+                &CreateTopicsRequest::default().with_topics(vec![t]),
+            )
+        }
+        ApiKey::DeleteTopics => {
+            let req = if version >= 6 {
+                DeleteTopicsRequest::default()
+                    .with_topics(vec![delete_topics_request::DeleteTopicState::default()
+                        .with_name(Some(topic("t")))])
+            } else {
+                DeleteTopicsRequest::default().with_topic_names(vec![topic("t")])
+            };
+            frame(key, version, &req)
+        }
+        ApiKey::CreatePartitions => {
+            let t = create_partitions_request::CreatePartitionsTopic::default()
+                .with_name(topic("t"))
+                .with_count(2);
+            frame(
+                key,
+                version,
+                &CreatePartitionsRequest::default().with_topics(vec![t]),
+            )
+        }
+        ApiKey::DescribeConfigs => {
+            let r = describe_configs_request::DescribeConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_static_str("t"));
+            frame(
+                key,
+                version,
+                &DescribeConfigsRequest::default().with_resources(vec![r]),
+            )
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            let c = incremental_alter_configs_request::AlterableConfig::default()
+                .with_name(StrBytes::from_static_str("retention.ms"))
+                .with_value(Some(StrBytes::from_static_str("1000")));
+            let r = incremental_alter_configs_request::AlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_static_str("t"))
+                .with_configs(vec![c]);
+            frame(
+                key,
+                version,
+                &IncrementalAlterConfigsRequest::default().with_resources(vec![r]),
+            )
+        }
+        ApiKey::DescribeCluster => frame(key, version, &DescribeClusterRequest::default()),
+        other => panic!("no seed for {other:?}"),
+    }
+}
+
+/// Batches with consecutive offsets, as they sit in a segment.
+fn segment_log(specs: &[(usize, Compression)]) -> (Vec<u8>, Vec<(i64, u32, i64)>) {
+    let mut out = Vec::new();
+    let mut entries = Vec::new();
+    let mut next = 0i64;
+    for &(n, c) in specs {
+        let mut b = batch(n, c, -1);
+        set_base_offset(&mut b, next);
+        let v = BatchView::parse(&b).unwrap();
+        entries.push((v.last_offset(), out.len() as u32, v.max_timestamp()));
+        next = v.next_offset();
+        out.extend_from_slice(&b);
+    }
+    (out, entries)
+}
+
+fn part(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u16).to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds");
+
+    let dir = root.join("frame_and_header");
+    for &(key, min, max) in SUPPORTED {
+        for v in [min, max] {
+            write(&dir, &format!("{key:?}-v{v}"), &request(key, v));
+        }
+    }
+
+    let dir = root.join("record_batch");
+    write(&dir, "plain-1", &batch(1, Compression::None, -1));
+    write(&dir, "idempotent-3", &batch(3, Compression::None, 42));
+    write(&dir, "gzip-2", &batch(2, Compression::Gzip, -1));
+    let mut two = batch(1, Compression::None, -1);
+    two.extend_from_slice(&batch(2, Compression::None, -1));
+    write(&dir, "two-batches", &two);
+
+    let dir = root.join("storage_recovery");
+    let (log, entries) = segment_log(&[
+        (1, Compression::None),
+        (2, Compression::None),
+        (1, Compression::Gzip),
+    ]);
+    // Log only: indexes missing, rebuilt by recovery.
+    let mut s = vec![0u8, 0, 0];
+    part(&mut s, &log);
+    write(&dir, "log-only", &s);
+    // Log with indexes that name its second batch.
+    let (last, pos, ts) = entries[1];
+    let mut index = Vec::new();
+    index.extend_from_slice(&(last as i32).to_be_bytes());
+    index.extend_from_slice(&(pos as i32).to_be_bytes());
+    let mut tindex = Vec::new();
+    tindex.extend_from_slice(&ts.to_be_bytes());
+    tindex.extend_from_slice(&(last as i32).to_be_bytes());
+    let mut s = vec![3u8, 0, 0];
+    part(&mut s, &log);
+    part(&mut s, &index);
+    part(&mut s, &tindex);
+    write(&dir, "log-with-indexes", &s);
+    // Two segments: the second starts at the first's next offset.
+    let next = entries.last().unwrap().0 + 1;
+    let mut second = batch(2, Compression::None, -1);
+    set_base_offset(&mut second, next);
+    let mut s = vec![4u8];
+    s.extend_from_slice(&(next as u16).to_be_bytes());
+    part(&mut s, &log);
+    part(&mut s, &[]);
+    part(&mut s, &[]);
+    s.extend_from_slice(&second);
+    write(&dir, "two-segments", &s);
+    // Torn tail: recovery must cut the last batch.
+    let mut s = vec![0u8, 0, 0];
+    part(&mut s, &log[..log.len() - 5]);
+    write(&dir, "torn-tail", &s);
+
+    println!("seeds written under {}", root.display());
+}
