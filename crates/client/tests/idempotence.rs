@@ -336,3 +336,50 @@ async fn config_validation_at_construction() {
         "Must set retries to non-zero when using the idempotent producer."
     );
 }
+
+/// The `strom produce` ordering bug: records sent while the topic's metadata was being fetched
+/// could overtake the first one (appended once the metadata reached the cache, while the first
+/// still waited for its event), and requests could reach the socket in a different order than
+/// they were drained. Also without idempotence (acks=1) the log keeps send order.
+#[tokio::test]
+async fn records_sent_during_the_first_metadata_fetch_keep_their_order() {
+    let b = Broker::start();
+    create_topic(&b, "lines", 1).await;
+    for (round, props) in [
+        vec![("acks", "1"), ("linger.ms", "0"), ("batch.size", "100")],
+        vec![("linger.ms", "0"), ("batch.size", "100")],
+    ]
+    .iter()
+    .enumerate()
+    {
+        // A fresh producer has no metadata for the topic yet.
+        let p = producer(&b, props).await;
+        let n = 500usize;
+        let mut futs = Vec::new();
+        for i in 0..n {
+            futs.push(p.send(
+                "lines",
+                None,
+                Some(Bytes::from(format!("k{i}"))),
+                Some(Bytes::from(format!("{round}-{i:04}"))),
+                vec![],
+            ));
+            tokio::task::yield_now().await;
+        }
+        let mut last = -1;
+        for (i, f) in futs.into_iter().enumerate() {
+            let (_, off) = f.await.unwrap();
+            assert!(off > last, "record {i} at {off} after {last}");
+            last = off;
+        }
+    }
+    let recs = consume_all(&b, "lines", 0, 1000).await;
+    let values: Vec<String> = recs
+        .iter()
+        .map(|r| String::from_utf8_lossy(r.value.as_ref().unwrap()).into_owned())
+        .collect();
+    let expected: Vec<String> = (0..2)
+        .flat_map(|r| (0..500).map(move |i| format!("{r}-{i:04}")))
+        .collect();
+    assert_eq!(values, expected);
+}
