@@ -12,6 +12,7 @@ use strom_broker::Server;
 
 mod bench;
 mod cli;
+mod dump_log;
 
 #[derive(Parser)]
 #[command(name = "strom", version, about = "A Kafka-compatible streaming platform")]
@@ -30,6 +31,10 @@ enum Command {
     Produce(cli::produce::ProduceArgs),
     /// Print records to stdout (like kafka-console-consumer.sh).
     Consume(cli::consume::ConsumeArgs),
+    /// Print the contents of .log, .index, .timeindex and .snapshot files offline (like
+    /// kafka-dump-log.sh).
+    #[command(name = "dump-log")]
+    DumpLog(dump_log::DumpLogArgs),
     /// Benchmark a broker (records/s, MB/s, latency percentiles).
     Bench(bench::BenchArgs),
 }
@@ -78,6 +83,7 @@ fn main() -> ExitCode {
             Command::Topics(args) => cli::topics::run(args).await,
             Command::Produce(args) => cli::produce::run(args).await,
             Command::Consume(args) => cli::consume::run(args).await,
+            Command::DumpLog(args) => dump_log::run(args),
             Command::Bench(args) => bench::run(args).await,
         }
     });
