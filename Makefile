@@ -51,7 +51,7 @@ rust-deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq libcurl4-openssl-dev; \
 	fi
 
-test-rust: rust-deps build
+test-rust: rust-deps build kafka-ref-fetch
 	$(CARGO) test --workspace --no-fail-fast
 
 kcat:
@@ -81,4 +81,5 @@ test-java: $(STROM_DEP)
 
 # Apache Kafka 4.4 reference jars (for scripts/kafka-ref.sh and scripts/kafka-dump-log.sh)
 kafka-ref-fetch:
-	scripts/kafka-ref.sh fetch
+	@scripts/kafka-ref.sh fetch 2>&1 | sed -u 's/\x1b\[[0-9;]*m//g'
+	@test -f .cache/kafka-4.4/libs/.complete
