@@ -52,6 +52,9 @@ pub enum BatchError {
     CrcMismatch { stored: u32, computed: u32 },
     #[error("invalid record count {count} for last offset delta {last_offset_delta}")]
     InvalidCount { count: i32, last_offset_delta: i32 },
+    /// A negative last offset delta, or one that takes the last offset past `i64::MAX`.
+    #[error("invalid last offset delta {last_offset_delta} for base offset {base_offset}")]
+    InvalidOffsetDelta { base_offset: i64, last_offset_delta: i32 },
 }
 
 /// The compression codec of a batch (attributes bits 0-2).
@@ -134,6 +137,13 @@ impl<'a> BatchView<'a> {
         if magic != CURRENT_MAGIC {
             return Err(BatchError::UnsupportedMagic(magic));
         }
+        if bytes.len() < HEADER_SIZE {
+            return Err(BatchError::Truncated {
+                needed: HEADER_SIZE,
+                available: bytes.len(),
+            });
+        }
+        check_offset_delta(be_i64(bytes, BASE_OFFSET_OFFSET), be_i32(bytes, LAST_OFFSET_DELTA_OFFSET))?;
         Ok(Self { bytes })
     }
 
@@ -142,7 +152,7 @@ impl<'a> BatchView<'a> {
     pub fn validate(&self) -> Result<(), BatchError> {
         let count = self.records_count();
         let delta = self.last_offset_delta();
-        if count < 0 || delta < 0 || (count > 0 && delta + 1 < count) {
+        if count < 0 || delta < 0 || (count > 0 && (delta as i64) + 1 < count as i64) {
             return Err(BatchError::InvalidCount {
                 count,
                 last_offset_delta: delta,
@@ -238,16 +248,29 @@ impl<'a> BatchView<'a> {
     }
 }
 
+/// A batch's last offset must not precede its base offset nor pass `i64::MAX`; every header
+/// reader checks this once so later arithmetic on offsets cannot overflow.
+pub fn check_offset_delta(base_offset: i64, last_offset_delta: i32) -> Result<(), BatchError> {
+    if last_offset_delta < 0 || base_offset.checked_add(last_offset_delta as i64).is_none() {
+        return Err(BatchError::InvalidOffsetDelta {
+            base_offset,
+            last_offset_delta,
+        });
+    }
+    Ok(())
+}
+
 /// `base + delta` with Kafka's wrap at `i32::MAX` (`DefaultRecordBatch.incrementSequence`);
-/// -1 (no sequence) stays -1.
+/// -1 (no sequence) stays -1. Computed in i64 so hostile headers cannot overflow it.
 pub fn last_sequence(base: i32, delta: i32) -> i32 {
     if base == -1 {
         return -1;
     }
-    if base > i32::MAX - delta {
-        delta - (i32::MAX - base) - 1
+    let sum = base as i64 + delta as i64;
+    if sum > i32::MAX as i64 {
+        (sum - i32::MAX as i64 - 1) as i32
     } else {
-        base + delta
+        sum as i32
     }
 }
 
@@ -256,10 +279,11 @@ pub fn first_sequence(last: i32, delta: i32) -> i32 {
     if last == -1 {
         return -1;
     }
-    if last - delta < 0 {
-        i32::MAX - (delta - last) + 1
+    let diff = last as i64 - delta as i64;
+    if diff < 0 {
+        (i32::MAX as i64 + diff + 1) as i32
     } else {
-        last - delta
+        diff as i32
     }
 }
 
@@ -476,6 +500,24 @@ mod tests {
         assert!(it.next().is_none());
         assert_eq!(it.valid_bytes(), buf.len() - 20);
         assert!(it.valid_bytes() > one);
+    }
+
+    #[test]
+    fn hostile_offsets_are_rejected_not_overflowed() {
+        let mut b = encode(2, Compression::None);
+        b[LAST_OFFSET_DELTA_OFFSET..LAST_OFFSET_DELTA_OFFSET + 4].copy_from_slice(&(-1i32).to_be_bytes());
+        assert!(matches!(BatchView::parse(&b), Err(BatchError::InvalidOffsetDelta { .. })));
+        let mut b = encode(2, Compression::None);
+        set_base_offset(&mut b, i64::MAX);
+        assert!(matches!(BatchView::parse(&b), Err(BatchError::InvalidOffsetDelta { .. })));
+        let mut b = encode(2, Compression::None);
+        b[LAST_OFFSET_DELTA_OFFSET..LAST_OFFSET_DELTA_OFFSET + 4].copy_from_slice(&i32::MAX.to_be_bytes());
+        let v = BatchView::parse(&b).unwrap();
+        assert!(matches!(v.validate(), Err(_)));
+        assert_eq!(last_sequence(5, i32::MAX), 4);
+        // Nonsense inputs give nonsense answers, never a panic.
+        let _ = last_sequence(i32::MIN, -5);
+        let _ = first_sequence(i32::MIN, i32::MAX);
     }
 
     #[test]

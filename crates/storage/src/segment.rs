@@ -67,9 +67,11 @@ impl BatchHeader {
             });
         }
         let base_offset = be_i64(buf, batch::BASE_OFFSET_OFFSET);
+        let delta = be_i32(buf, batch::LAST_OFFSET_DELTA_OFFSET);
+        batch::check_offset_delta(base_offset, delta)?;
         Ok(Self {
             base_offset,
-            last_offset: base_offset + be_i32(buf, batch::LAST_OFFSET_DELTA_OFFSET) as i64,
+            last_offset: base_offset + delta as i64,
             size,
             max_timestamp: be_i64(buf, batch::MAX_TIMESTAMP_OFFSET),
             partition_leader_epoch: be_i32(buf, batch::PARTITION_LEADER_EPOCH_OFFSET),
