@@ -14,6 +14,9 @@ mod bench;
 mod cli;
 mod dump_log;
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "strom", version, about = "A Kafka-compatible streaming platform")]
 struct Cli {

@@ -361,3 +361,22 @@ fn zstd_batch_round_trips_raw() {
     assert_eq!(watermarks(&broker, TOPIC, 0), (0, KEPT as i64 + 10));
     let _ = recs;
 }
+
+/// Fuzzer findings: requests whose array counts claim billions of elements. The generated
+/// decoder reserves that capacity before noticing the bytes are missing; the broker must answer
+/// or close, not abort.
+#[test]
+fn huge_array_counts_do_not_take_the_broker_down() {
+    let (broker, recs) = broker_with_data(&[]);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/artifacts-kept");
+    for name in [
+        "frame_and_header-oom-DeleteTopics-v1-array-len",
+        "frame_and_header-oom-Fetch-v16-compact-array-len",
+    ] {
+        let frame = std::fs::read(dir.join(name)).unwrap();
+        let mut s = connect(&broker);
+        s.write_all(&frame).unwrap();
+        let _ = read_frame(&mut s, WAIT);
+        assert_still_serving(&broker, &recs);
+    }
+}
