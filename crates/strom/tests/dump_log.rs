@@ -507,8 +507,12 @@ fn indexes_of_a_storage_segment() {
     );
 }
 
+/// (producerId, epoch, lastSequence, lastOffset, offsetDelta, timestamp, coordinatorEpoch,
+/// currentTxnFirstOffset)
+type SnapshotEntry = (i64, i16, i32, i64, i32, i64, i32, i64);
+
 /// A producer snapshot in Kafka's layout.
-fn snapshot_bytes(entries: &[(i64, i16, i32, i64, i32, i64, i32, i64)]) -> Vec<u8> {
+fn snapshot_bytes(entries: &[SnapshotEntry]) -> Vec<u8> {
     let mut body = Vec::new();
     body.extend_from_slice(&(entries.len() as i32).to_be_bytes());
     for &(pid, epoch, last_seq, last_off, delta, ts, coord, txn) in entries {
@@ -783,4 +787,121 @@ fn same_output_as_kafka_dump_log() {
     let other = dir.path().join("leader-epoch-checkpoint.txt");
     std::fs::write(&other, "0\n").unwrap();
     assert_same_as_kafka(&["--files", p(&other)]);
+}
+
+fn control_batch(offset: i64, producer_id: i64, commit: bool, coordinator_epoch: i32) -> Vec<u8> {
+    let mut value = 0i16.to_be_bytes().to_vec();
+    value.extend_from_slice(&coordinator_epoch.to_be_bytes());
+    let record = Record {
+        transactional: true,
+        control: true,
+        delete_horizon: false,
+        partition_leader_epoch: 0,
+        producer_id,
+        producer_epoch: 0,
+        timestamp_type: TimestampType::Creation,
+        offset,
+        sequence: -1,
+        timestamp: T0 + 99,
+        key: Some(Bytes::from(vec![0, 0, 0, u8::from(commit)])),
+        value: Some(Bytes::from(value)),
+        headers: Default::default(),
+    };
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        [&record],
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
+    buf.to_vec()
+}
+
+#[test]
+fn same_output_as_kafka_dump_log_transactions_and_corruption() {
+    if !kafka_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // A transactional batch, its COMMIT marker, an aborted one and its ABORT marker.
+    let mut file = Vec::new();
+    let mut txn = encode(
+        &Spec {
+            n: 2,
+            producer_id: 5,
+            producer_epoch: 0,
+            base_sequence: 0,
+            ..Spec::default()
+        },
+        0,
+        T0,
+    );
+    txn[22] |= 0x10;
+    let crc = crc32c(&txn[21..]);
+    txn[17..21].copy_from_slice(&crc.to_be_bytes());
+    file.extend_from_slice(&txn);
+    file.extend_from_slice(&control_batch(2, 5, true, 7));
+    file.extend_from_slice(&control_batch(3, 5, false, 8));
+    let log = dir.path().join("00000000000000000000.log");
+    std::fs::write(&log, &file).unwrap();
+    for flags in [
+        &["--deep-iteration"][..],
+        &["--print-data-log"],
+        &["--print-data-log", "--skip-record-metadata"],
+    ] {
+        let mut args = vec!["--files", p(&log)];
+        args.extend_from_slice(flags);
+        assert_same_as_kafka(&args);
+    }
+
+    // Two segments with non-consecutive offsets: reports in Java's HashMap order.
+    let (a, _) = write_log(
+        dir.path(),
+        10,
+        &[Spec {
+            n: 2,
+            ..Spec::default()
+        }],
+    );
+    let (b, _) = write_log(
+        dir.path(),
+        20,
+        &[Spec {
+            n: 2,
+            ..Spec::default()
+        }],
+    );
+    let (c, _) = write_log(
+        dir.path(),
+        30,
+        &[Spec {
+            n: 2,
+            ..Spec::default()
+        }],
+    );
+    let files = format!("{},{},{}", p(&a), p(&b), p(&c));
+    assert_same_as_kafka(&["--files", &files, "--deep-iteration"]);
+
+    // A compressed batch with damaged records, an empty log, a relative path.
+    let (z, batches) = write_log(
+        dir.path(),
+        40,
+        &[Spec {
+            n: 5,
+            compression: Compression::Gzip,
+            ..Spec::default()
+        }],
+    );
+    let mut bad = std::fs::read(&z).unwrap();
+    let len = batches[0].len();
+    bad[len - 12] ^= 0xff;
+    std::fs::write(&z, &bad).unwrap();
+    assert_same_as_kafka(&["--files", p(&z)]);
+    assert_same_as_kafka(&["--files", p(&z), "--deep-iteration"]);
+    let empty = dir.path().join("00000000000000000050.log");
+    std::fs::write(&empty, b"").unwrap();
+    assert_same_as_kafka(&["--files", p(&empty), "--deep-iteration"]);
 }

@@ -122,7 +122,7 @@ pub(crate) fn dump_index(
                 file.absolute
             ));
         }
-        if index.data.len() % OFFSET_ENTRY != 0 {
+        if !index.data.len().is_multiple_of(OFFSET_ENTRY) {
             return abort(format!(
                 "Index file {} is corrupt, found {} bytes which is neither positive nor a multiple of {OFFSET_ENTRY}",
                 file.absolute,
@@ -194,7 +194,7 @@ pub(crate) fn dump_time_index(
                 ));
             }
         }
-        if time.len() % TIME_ENTRY != 0 {
+        if !time.len().is_multiple_of(TIME_ENTRY) {
             return abort(format!(
                 "Time index file {} is corrupt, found {} bytes which is neither positive nor a multiple of {TIME_ENTRY}",
                 file.absolute,
