@@ -143,12 +143,15 @@ pub(crate) fn read_blob_file(dir: &Path, name: &str) -> io::Result<Option<Vec<u8
     Ok(Some(body.to_vec()))
 }
 
-pub(crate) fn read_state_file<T: DeserializeOwned>(dir: &Path, name: &str) -> io::Result<Option<T>> {
+pub(crate) fn read_state_file<T: DeserializeOwned>(
+    dir: &Path,
+    name: &str,
+) -> io::Result<Option<T>> {
     match read_blob_file(dir, name)? {
         None => Ok(None),
-        Some(body) => bincode::deserialize(&body).map(Some).map_err(|e| {
-            invalid(format!("{}: {e}", dir.join(name).display()))
-        }),
+        Some(body) => bincode::deserialize(&body)
+            .map(Some)
+            .map_err(|e| invalid(format!("{}: {e}", dir.join(name).display()))),
     }
 }
 
@@ -160,9 +163,16 @@ fn encode_record(entry: &Entry, buf: &mut Vec<u8>) -> io::Result<()> {
     Ok(())
 }
 
-/// Reads the valid records of a segment: `(offset, entry)` pairs and the length of the valid
-/// prefix. Stops at the first torn, corrupt or out-of-sequence record.
-fn scan_segment(path: &Path, base: u64) -> io::Result<(Vec<(u64, Entry)>, u64, u64)> {
+/// The valid records of a segment as `(offset, entry)` pairs, the length of the valid prefix
+/// and the file's length.
+struct Scan {
+    records: Vec<(u64, Entry)>,
+    valid: u64,
+    total: u64,
+}
+
+/// Reads a segment up to its first torn, corrupt or out-of-sequence record.
+fn scan_segment(path: &Path, base: u64) -> io::Result<Scan> {
     let data = std::fs::read(path)?;
     let mut pos = 0usize;
     let mut out = Vec::new();
@@ -185,7 +195,11 @@ fn scan_segment(path: &Path, base: u64) -> io::Result<(Vec<(u64, Entry)>, u64, u
         out.push((pos as u64, entry));
         pos += HEADER + len;
     }
-    Ok((out, pos as u64, data.len() as u64))
+    Ok(Scan {
+        records: out,
+        valid: pos as u64,
+        total: data.len() as u64,
+    })
 }
 
 impl LogStore {
@@ -225,7 +239,11 @@ impl LogStore {
         let count = bases.len();
         for (i, base) in bases.into_iter().enumerate() {
             let path = log_dir.join(segment_name(base));
-            let (records, valid, total) = scan_segment(&path, base)?;
+            let Scan {
+                records,
+                valid,
+                total,
+            } = scan_segment(&path, base)?;
             let file = OpenOptions::new().read(true).append(true).open(&path)?;
             if valid < total {
                 if i + 1 == count {
@@ -506,7 +524,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(self.inner.lock().committed)
     }
 
-    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
@@ -609,7 +631,11 @@ mod tests {
         {
             let store = LogStore::open(dir.path(), 64).unwrap();
             for i in 1..=6 {
-                store.inner.lock().append(vec![ent(1, i, &[7; 40])]).unwrap();
+                store
+                    .inner
+                    .lock()
+                    .append(vec![ent(1, i, &[7; 40])])
+                    .unwrap();
             }
         }
         let files = segment_files(dir.path());
@@ -627,10 +653,16 @@ mod tests {
         {
             let store = LogStore::open(dir.path(), 100).unwrap();
             let mut inner = store.inner.lock();
-            inner.append((1..=20).map(|i| ent(1, i, &[1; 30])).collect()).unwrap();
+            inner
+                .append((1..=20).map(|i| ent(1, i, &[1; 30])).collect())
+                .unwrap();
             inner.truncate(15).unwrap();
-            inner.append((15..=17).map(|i| ent(2, i, &[2; 30])).collect()).unwrap();
-            inner.purge(LogId::new(CommittedLeaderId::new(1, 1), 8)).unwrap();
+            inner
+                .append((15..=17).map(|i| ent(2, i, &[2; 30])).collect())
+                .unwrap();
+            inner
+                .purge(LogId::new(CommittedLeaderId::new(1, 1), 8))
+                .unwrap();
         }
         let store = LogStore::open(dir.path(), 100).unwrap();
         assert_eq!(indexes(&store), (9..=17).collect::<Vec<_>>());
@@ -644,8 +676,12 @@ mod tests {
         // Purge past the end (a snapshot install), then append after it.
         {
             let mut inner = store.inner.lock();
-            inner.purge(LogId::new(CommittedLeaderId::new(3, 1), 30)).unwrap();
-            inner.append(vec![ent(3, 31, b"a"), ent(3, 32, b"b")]).unwrap();
+            inner
+                .purge(LogId::new(CommittedLeaderId::new(3, 1), 30))
+                .unwrap();
+            inner
+                .append(vec![ent(3, 31, b"a"), ent(3, 32, b"b")])
+                .unwrap();
         }
         drop(store);
         let store = LogStore::open(dir.path(), 100).unwrap();

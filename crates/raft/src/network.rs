@@ -53,10 +53,16 @@ pub(crate) enum RpcRequest {
 pub(crate) enum RpcResponse {
     AppendEntries(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
     Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
-    InstallSnapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
-    Status { initialized: bool },
+    InstallSnapshot(
+        Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
+    ),
+    Status {
+        initialized: bool,
+    },
     /// The request was addressed to another node id (a misconfigured quorum).
-    WrongNode { node_id: NodeId },
+    WrongNode {
+        node_id: NodeId,
+    },
 }
 
 async fn write_frame(s: &mut TcpStream, body: &[u8]) -> io::Result<()> {
@@ -116,11 +122,18 @@ async fn serve_connection(mut stream: TcpStream, raft: Raft, node_id: NodeId) ->
         let env: Envelope = bincode::deserialize(&body)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         let resp = if env.to != node_id {
-            tracing::warn!(from = env.from, to = env.to, node_id, "raft request for another node");
+            tracing::warn!(
+                from = env.from,
+                to = env.to,
+                node_id,
+                "raft request for another node"
+            );
             RpcResponse::WrongNode { node_id }
         } else {
             match env.req {
-                RpcRequest::AppendEntries(r) => RpcResponse::AppendEntries(raft.append_entries(r).await),
+                RpcRequest::AppendEntries(r) => {
+                    RpcResponse::AppendEntries(raft.append_entries(r).await)
+                }
                 RpcRequest::Vote(r) => RpcResponse::Vote(raft.vote(r).await),
                 RpcRequest::InstallSnapshot(r) => {
                     RpcResponse::InstallSnapshot(raft.install_snapshot(r).await)
@@ -193,17 +206,17 @@ impl PeerClient {
                 format!("no address for node {}", self.target),
             ))
         })?;
-        let stream = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await
-        {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(CallError::Unreachable(e)),
-            Err(_) => {
-                return Err(CallError::Unreachable(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("connecting to node {} at {addr} timed out", self.target),
-                )))
-            }
-        };
+        let stream =
+            match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return Err(CallError::Unreachable(e)),
+                Err(_) => {
+                    return Err(CallError::Unreachable(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("connecting to node {} at {addr} timed out", self.target),
+                    )))
+                }
+            };
         let _ = stream.set_nodelay(true);
         self.stream = Some(stream);
         Ok(())
@@ -213,7 +226,10 @@ impl PeerClient {
         let s = self.stream.as_mut().expect("connected");
         write_frame(s, body).await?;
         let resp = read_frame(s).await?.ok_or_else(|| {
-            io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed by the peer")
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "connection closed by the peer",
+            )
         })?;
         bincode::deserialize(&resp).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
@@ -236,7 +252,11 @@ impl PeerClient {
     }
 
     /// Sends one request and waits for its response, at most `timeout`.
-    pub(crate) async fn call(&mut self, req: RpcRequest, timeout: Duration) -> Result<RpcResponse, CallError> {
+    pub(crate) async fn call(
+        &mut self,
+        req: RpcRequest,
+        timeout: Duration,
+    ) -> Result<RpcResponse, CallError> {
         let env = Envelope {
             from: self.from,
             to: self.target,
@@ -294,7 +314,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        match self.call(RpcRequest::AppendEntries(rpc), option.hard_ttl()).await {
+        match self
+            .call(RpcRequest::AppendEntries(rpc), option.hard_ttl())
+            .await
+        {
             Ok(RpcResponse::AppendEntries(r)) => {
                 r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
             }
@@ -311,7 +334,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        match self.call(RpcRequest::InstallSnapshot(rpc), option.hard_ttl()).await {
+        match self
+            .call(RpcRequest::InstallSnapshot(rpc), option.hard_ttl())
+            .await
+        {
             Ok(RpcResponse::InstallSnapshot(r)) => {
                 r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
             }

@@ -212,7 +212,10 @@ impl MetadataQuorum {
         }
         while let Some(res) = probes.join_next().await {
             if let Ok((id, Ok(RpcResponse::Status { initialized: true }))) = res {
-                tracing::info!(peer = id, "the metadata quorum exists already; not bootstrapping");
+                tracing::info!(
+                    peer = id,
+                    "the metadata quorum exists already; not bootstrapping"
+                );
                 return Ok(());
             }
         }

@@ -99,7 +99,10 @@ impl StateMachine {
 
     /// The last log id included in the stored snapshot.
     pub fn snapshot_last_log_id(&self) -> Option<LogId> {
-        self.current.lock().as_ref().and_then(|s| s.meta.last_log_id)
+        self.current
+            .lock()
+            .as_ref()
+            .and_then(|s| s.meta.last_log_id)
     }
 }
 
