@@ -737,10 +737,10 @@ pub fn assign_replicas_rack_aware(
     let num_racks = rack_of.values().collect::<HashSet<_>>().len();
     let start_index = fixed_start.unwrap_or_else(|| random_index(n));
     let mut shift = fixed_start.unwrap_or_else(|| random_index(n));
-    let mut current = start_partition.max(0) as usize;
+    let first_partition = start_partition.max(0) as usize;
     let mut out = Vec::with_capacity(partitions as usize);
-    for _ in 0..partitions {
-        if current > 0 && current % n == 0 {
+    for current in first_partition..first_partition + partitions.max(0) as usize {
+        if current > 0 && current.is_multiple_of(n) {
             shift += 1;
         }
         let first = (current + start_index) % n;
@@ -765,7 +765,6 @@ pub fn assign_replicas_rack_aware(
             }
         }
         out.push(replicas);
-        current += 1;
     }
     out
 }
@@ -791,10 +790,10 @@ pub fn assign_replicas_rack_unaware(
     }
     let start_index = fixed_start.unwrap_or_else(|| random_index(n));
     let mut shift = fixed_start.unwrap_or_else(|| random_index(n));
-    let mut current = start_partition.max(0) as usize;
+    let first_partition = start_partition.max(0) as usize;
     let mut out = Vec::with_capacity(partitions as usize);
-    for _ in 0..partitions {
-        if current > 0 && current % n == 0 {
+    for current in first_partition..first_partition + partitions.max(0) as usize {
+        if current > 0 && current.is_multiple_of(n) {
             shift += 1;
         }
         let first = (current + start_index) % n;
@@ -803,7 +802,6 @@ pub fn assign_replicas_rack_unaware(
             replicas.push(brokers[replica_index(first, shift, j, n)]);
         }
         out.push(replicas);
-        current += 1;
     }
     out
 }

@@ -29,7 +29,7 @@ impl MetadataLog {
                 let line = line?;
                 let is_last = lines.peek().is_none();
                 match Self::decode_line(&line) {
-                    Some(r) if valid_len + line.len() as u64 + 1 <= total => {
+                    Some(r) if valid_len + (line.len() as u64) < total => {
                         records.push(r);
                         valid_len += line.len() as u64 + 1;
                     }
