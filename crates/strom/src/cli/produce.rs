@@ -79,7 +79,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let client = connect(&args.bootstrap_server).await?;
-    let producer = Producer::new(client, config);
+    let producer = Producer::try_new(client, config)?;
     let mut pending: VecDeque<(DeliveryFuture, Option<Bytes>, usize)> = VecDeque::new();
     let mut failures = 0usize;
     let mut stdin = BufReader::new(tokio::io::stdin());
