@@ -74,7 +74,12 @@
 //! - A voter whose directory is wiped loses its vote: it may vote twice in one term. Replace a
 //!   voter's disk only while the rest of the quorum is healthy (Kafka's KIP-853 directory ids
 //!   solve this; not done here).
-//! - The log after the last snapshot is also held in memory.
+//! - The log after the last snapshot is also held in memory; log and snapshot I/O is synchronous
+//!   on the Raft tasks (fine for the metadata log's small writes).
+//! - The term only grows, but not necessarily on every restart: a leader whose committed vote
+//!   survived a full-cluster restart resumes its term (openraft restores it).
+//! - Call [`MetadataQuorum::shutdown`] before dropping a quorum (dropping only stops the
+//!   listener).
 
 pub mod log_store;
 pub mod network;

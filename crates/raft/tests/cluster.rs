@@ -65,12 +65,20 @@ impl StateMachineHandler for Recorder {
     }
 }
 
-/// Ports picked by binding port 0 and letting it go.
+/// Listener ports below Linux's ephemeral range (32768 and up), so that no outgoing connection
+/// takes the port of a stopped voter before it restarts; distinct per test in this process.
 fn free_addrs(n: usize) -> Vec<SocketAddr> {
-    let ls: Vec<_> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    ls.iter().map(|l| l.local_addr().unwrap()).collect()
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let base = 20_000 + (std::process::id() as usize % 400) * 25;
+    let mut out = Vec::new();
+    while out.len() < n {
+        let port = base + NEXT.fetch_add(1, Ordering::Relaxed) % 2_000;
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        if std::net::TcpListener::bind(addr).is_ok() {
+            out.push(addr);
+        }
+    }
+    out
 }
 
 struct Node {
