@@ -45,6 +45,7 @@ const KNOWN_BROKER_KEYS: &[&str] = &[
     "log.flush.offset.checkpoint.interval.ms",
     "listeners",
     "advertised.listeners",
+    "broker.rack",
     "producer.id.expiration.ms",
     "producer.id.expiration.check.interval.ms",
 ];
@@ -57,6 +58,11 @@ pub struct BrokerConfig {
     pub advertised_port: i32,
     pub data_dir: PathBuf,
     pub rack: Option<String>,
+    /// Where this node's controller talks Raft to the other voters (cluster mode).
+    pub controller_listen: Option<SocketAddr>,
+    /// The controller voters: node id and controller address. `None`: a single-node cluster
+    /// whose metadata log is a local file.
+    pub controller_quorum: Option<BTreeMap<i32, SocketAddr>>,
     /// Raw Kafka properties, after file and `--set` merging.
     pub props: BTreeMap<String, String>,
     pub num_partitions: i32,
@@ -69,6 +75,31 @@ pub struct BrokerConfig {
     pub checkpoint_interval_ms: u64,
     pub producer_id_expiration_ms: i64,
     pub producer_id_expiration_check_interval_ms: u64,
+}
+
+/// Parses `1@host:port,2@host:port,...` (Kafka's `controller.quorum.voters`).
+pub fn parse_quorum_voters(s: &str) -> Result<BTreeMap<i32, SocketAddr>, ConfigError> {
+    let bad = |why: &str| ConfigError::InvalidValue {
+        key: "controller.quorum.voters".into(),
+        value: s.to_string(),
+        why: why.to_string(),
+    };
+    let mut out = BTreeMap::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part.split_once('@').ok_or_else(|| bad("expected ID@HOST:PORT"))?;
+        let id: i32 = id.trim().parse().map_err(|_| bad("node id is not a number"))?;
+        let addr = std::net::ToSocketAddrs::to_socket_addrs(addr.trim())
+            .map_err(|_| bad("cannot resolve HOST:PORT"))?
+            .next()
+            .ok_or_else(|| bad("cannot resolve HOST:PORT"))?;
+        if out.insert(id, addr).is_some() {
+            return Err(bad("a node id appears twice"));
+        }
+    }
+    if out.is_empty() {
+        return Err(bad("no voters"));
+    }
+    Ok(out)
 }
 
 /// Parses Java `.properties` text: `key=value` or `key: value`, `#`/`!` comments.
@@ -143,6 +174,8 @@ impl BrokerConfig {
             advertised_port,
             data_dir,
             rack: props.get("broker.rack").cloned(),
+            controller_listen: None,
+            controller_quorum: None,
             num_partitions: parse(&props, "num.partitions", 1)?,
             default_replication_factor: parse(&props, "default.replication.factor", 1)?,
             auto_create_topics_enable: parse(&props, "auto.create.topics.enable", true)?,

@@ -10,6 +10,7 @@
 
 pub mod config;
 pub mod connection;
+pub mod controller_channel;
 pub mod handlers;
 pub mod partition;
 pub mod producer_ids;

@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-use strom_controller::{ControllerError, ProducerIdBlock, QuorumController};
+use strom_controller::{ControllerError, ProducerIdBlock};
+
+use crate::controller_channel::ControllerChannel;
 
 /// Fraction of a block after which the next one is fetched (Kafka's 90%).
 const PREFETCH_PERCENT: i64 = 90;
@@ -17,17 +18,16 @@ struct State {
 }
 
 pub struct ProducerIdManager {
-    node_id: i32,
-    controller: Arc<QuorumController>,
-    state: Mutex<State>,
+    channel: Arc<ControllerChannel>,
+    // Held across the controller call: requests wait for a block instead of racing for two.
+    state: tokio::sync::Mutex<State>,
 }
 
 impl ProducerIdManager {
-    pub fn new(node_id: i32, controller: Arc<QuorumController>) -> Self {
+    pub fn new(channel: Arc<ControllerChannel>) -> Self {
         Self {
-            node_id,
-            controller,
-            state: Mutex::new(State {
+            channel,
+            state: tokio::sync::Mutex::new(State {
                 current: None,
                 next: 0,
                 prefetched: None,
@@ -36,13 +36,13 @@ impl ProducerIdManager {
     }
 
     /// The next unused producer id.
-    pub fn generate_producer_id(&self) -> Result<i64, ControllerError> {
-        let mut s = self.state.lock();
+    pub async fn generate_producer_id(&self) -> Result<i64, ControllerError> {
+        let mut s = self.state.lock().await;
         let exhausted = s.current.is_none_or(|b| s.next >= b.end());
         if exhausted {
             let block = match s.prefetched.take() {
                 Some(b) => b,
-                None => self.controller.allocate_producer_ids(self.node_id)?,
+                None => self.channel.allocate_producer_ids().await?,
             };
             tracing::info!(
                 start = block.start,
@@ -57,9 +57,9 @@ impl ProducerIdManager {
         s.next += 1;
         let used = s.next - block.start;
         if s.prefetched.is_none() && used * 100 >= block.len as i64 * PREFETCH_PERCENT {
-            // The local controller answers in about one fsync; in a cluster this becomes an
-            // AllocateProducerIds request.
-            match self.controller.allocate_producer_ids(self.node_id) {
+            // The local controller answers in about one fsync; in a cluster this is an
+            // AllocateProducerIds request to the active controller.
+            match self.channel.allocate_producer_ids().await {
                 Ok(b) => s.prefetched = Some(b),
                 Err(e) => {
                     tracing::warn!(error = %e, "prefetching the next producer id block failed")
@@ -73,7 +73,9 @@ impl ProducerIdManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use parking_lot::RwLock;
     use strom_controller::controller::TopicDefaults;
+    use strom_controller::QuorumController;
 
     fn controller(dir: &std::path::Path) -> Arc<QuorumController> {
         Arc::new(
@@ -88,35 +90,40 @@ mod tests {
         )
     }
 
-    #[test]
-    fn ids_are_unique_across_blocks_and_restarts() {
+    fn manager(c: Arc<QuorumController>) -> ProducerIdManager {
+        let image = Arc::new(RwLock::new(c.image()));
+        ProducerIdManager::new(Arc::new(ControllerChannel::new(1, c, image)))
+    }
+
+    #[tokio::test]
+    async fn ids_are_unique_across_blocks_and_restarts() {
         let dir = tempfile::tempdir().unwrap();
         let mut seen = std::collections::HashSet::new();
         {
-            let m = ProducerIdManager::new(1, controller(dir.path()));
+            let m = manager(controller(dir.path()));
             for _ in 0..2500 {
-                assert!(seen.insert(m.generate_producer_id().unwrap()));
+                assert!(seen.insert(m.generate_producer_id().await.unwrap()));
             }
         }
         // Prefetching took the block after the one in use.
         assert_eq!(controller(dir.path()).image().next_producer_id, 3000);
-        let m = ProducerIdManager::new(1, controller(dir.path()));
+        let m = manager(controller(dir.path()));
         for _ in 0..1500 {
-            assert!(seen.insert(m.generate_producer_id().unwrap()));
+            assert!(seen.insert(m.generate_producer_id().await.unwrap()));
         }
         assert_eq!(seen.len(), 4000);
     }
 
-    #[test]
-    fn prefetches_at_ninety_percent() {
+    #[tokio::test]
+    async fn prefetches_at_ninety_percent() {
         let dir = tempfile::tempdir().unwrap();
         let c = controller(dir.path());
-        let m = ProducerIdManager::new(1, c.clone());
+        let m = manager(c.clone());
         for _ in 0..899 {
-            m.generate_producer_id().unwrap();
+            m.generate_producer_id().await.unwrap();
         }
         assert_eq!(c.image().next_producer_id, 1000);
-        m.generate_producer_id().unwrap();
+        m.generate_producer_id().await.unwrap();
         assert_eq!(c.image().next_producer_id, 2000);
     }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use strom_controller::controller::TopicDefaults;
 use strom_controller::{ControllerError, MetadataImage, QuorumController};
+use strom_raft::QuorumConfig;
 use strom_storage::StorageError;
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -17,6 +18,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::config::{parse_properties, BrokerConfig};
+use crate::controller_channel::ControllerChannel;
 use crate::producer_ids::ProducerIdManager;
 use crate::replica_manager::ReplicaManager;
 
@@ -49,10 +51,25 @@ pub struct Broker {
     pub controller: Arc<QuorumController>,
     pub replica_manager: Arc<ReplicaManager>,
     pub producer_ids: ProducerIdManager,
+    pub channel: Arc<ControllerChannel>,
     metadata: Arc<RwLock<Arc<MetadataImage>>>,
 }
 
 impl Broker {
+    /// The node id Metadata and DescribeCluster name as controller: the active one in a
+    /// quorum (-1 while none is elected), this node on a single node.
+    pub fn controller_id(&self) -> i32 {
+        if self.config.controller_quorum.is_none() {
+            return self.config.node_id;
+        }
+        self.controller.active_controller().unwrap_or(-1)
+    }
+
+    /// Topic auto-creation, through the active controller.
+    pub async fn create_topics(&self, specs: &[strom_controller::CreateTopicSpec]) {
+        self.channel.create_topics(specs).await
+    }
+
     /// The broker's current metadata image (lock-free for practical purposes: a read lock held
     /// only to clone an `Arc`).
     pub fn image(&self) -> Arc<MetadataImage> {
@@ -101,13 +118,22 @@ impl Server {
         }
         let config = Arc::new(config);
 
-        let controller = Arc::new(QuorumController::open(
-            &dir.join("__cluster_metadata-0").join("metadata.log"),
-            TopicDefaults {
-                num_partitions: config.num_partitions,
-                replication_factor: config.default_replication_factor,
-            },
-        )?);
+        let defaults = TopicDefaults {
+            num_partitions: config.num_partitions,
+            replication_factor: config.default_replication_factor,
+        };
+        let metadata_dir = dir.join("__cluster_metadata-0");
+        let controller = Arc::new(match &config.controller_quorum {
+            None => QuorumController::open(&metadata_dir.join("metadata.log"), defaults)?,
+            Some(voters) => {
+                let listen = config
+                    .controller_listen
+                    .ok_or_else(|| ServerError::MetaProperties("--controller-quorum needs --controller-listen".into()))?;
+                let voters = voters.iter().map(|(id, a)| (*id as u64, *a)).collect();
+                let quorum = QuorumConfig::new(config.node_id as u64, voters, listen, metadata_dir.join("raft"));
+                QuorumController::start_quorum(quorum, defaults).await?
+            }
+        });
         let replica_manager = Arc::new(ReplicaManager::new(config.clone())?);
         let metadata = Arc::new(RwLock::new(controller.image()));
         {
@@ -118,13 +144,17 @@ impl Server {
                 *md.write() = image.clone();
             }));
         }
-        replica_manager.remove_stray_logs(&controller.image());
-        controller.register_broker(
-            config.node_id,
-            &config.advertised_host,
-            config.advertised_port,
-            config.rack.clone(),
-        )?;
+        let channel = Arc::new(ControllerChannel::new(config.node_id, controller.clone(), metadata.clone()));
+        if config.controller_quorum.is_none() {
+            // Only a complete image may judge a log stray; a quorum member's image is complete
+            // only once it has caught up, so there this is left to a later version.
+            replica_manager.remove_stray_logs(&controller.image());
+            channel
+                .register_broker(&config.advertised_host, config.advertised_port, config.rack.clone())
+                .await?;
+        } else {
+            tokio::spawn(register_until_done(channel.clone(), controller.clone(), config.clone()));
+        }
         tracing::info!(
             node_id = config.node_id,
             listen = %local,
@@ -135,7 +165,8 @@ impl Server {
         );
         Ok(Self {
             broker: Arc::new(Broker {
-                producer_ids: ProducerIdManager::new(config.node_id, controller.clone()),
+                producer_ids: ProducerIdManager::new(channel.clone()),
+                channel,
                 config,
                 cluster_id,
                 controller,
@@ -186,8 +217,29 @@ impl Server {
         // Connections finish the request they are in; give them a moment before closing logs.
         tokio::time::sleep(Duration::from_millis(100)).await;
         self.broker.replica_manager.shutdown()?;
+        self.broker.controller.shutdown().await;
         tracing::info!("shutdown complete");
         Ok(())
+    }
+}
+
+/// In a quorum the broker registers once a controller is elected, through it, retrying until
+/// the active controller has recorded this broker's endpoint.
+async fn register_until_done(channel: Arc<ControllerChannel>, controller: Arc<QuorumController>, config: Arc<BrokerConfig>) {
+    loop {
+        if controller.wait_for_leader(Duration::from_secs(5)).await.is_ok() {
+            match channel
+                .register_broker(&config.advertised_host, config.advertised_port, config.rack.clone())
+                .await
+            {
+                Ok(()) => {
+                    tracing::info!(controller = ?controller.active_controller(), "registered with the controller");
+                    return;
+                }
+                Err(e) => tracing::debug!(error = %e, "broker registration failed; retrying"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
 

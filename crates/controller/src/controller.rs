@@ -13,6 +13,8 @@ use uuid::Uuid;
 
 use crate::image::MetadataImage;
 use crate::log::MetadataLog;
+use crate::state::{MetadataState, RaftStateMachine};
+use strom_raft::{MetadataQuorum, QuorumConfig, QuorumError};
 use crate::record::MetadataRecord;
 use crate::{names, topic_config};
 
@@ -40,6 +42,9 @@ pub enum ControllerError {
     UnknownTopicId,
     #[error("metadata log I/O error: {0}")]
     Io(String),
+    /// This node is not the active controller; `leader` is, if known.
+    #[error("This is not the correct controller for this cluster.")]
+    NotController { leader: Option<i32> },
 }
 
 impl ControllerError {
@@ -56,6 +61,7 @@ impl ControllerError {
             Self::UnknownTopicOrPartition => 3,
             Self::UnknownTopicId => 100,
             Self::Io(_) => -1,
+            Self::NotController { .. } => 41,
         }
     }
 }
@@ -124,112 +130,189 @@ pub struct TopicDefaults {
     pub replication_factor: i16,
 }
 
-type Publisher = Box<dyn Fn(&Arc<MetadataImage>) + Send + Sync>;
+/// Receives every new metadata image, in log order (the broker's metadata publisher).
+pub type Publisher = Box<dyn Fn(&Arc<MetadataImage>) + Send + Sync>;
 
-struct State {
-    log: MetadataLog,
-    image: Arc<MetadataImage>,
+/// Where records are made durable: a local file (a single-node cluster) or the Raft quorum.
+enum Backend {
+    Local(Mutex<MetadataLog>),
+    Raft(MetadataQuorum),
 }
 
 pub struct QuorumController {
-    state: Mutex<State>,
+    backend: Backend,
+    state: Arc<MetadataState>,
+    /// Validation and commit of one request happen under this lock, so every request is checked
+    /// against the image its records will apply to (Kafka's single-threaded controller).
+    op_lock: tokio::sync::Mutex<()>,
     defaults: TopicDefaults,
-    publisher: Mutex<Option<Publisher>>,
 }
 
 impl QuorumController {
-    /// Opens the metadata log at `path` and replays it.
+    /// A single-node controller: opens the metadata log at `path` and replays it.
     pub fn open(path: &Path, defaults: TopicDefaults) -> Result<Self, ControllerError> {
         let (log, records) =
             MetadataLog::open(path).map_err(|e| ControllerError::Io(e.to_string()))?;
-        let mut image = MetadataImage::default();
-        for r in &records {
-            image.replay(r);
-        }
+        let state = Arc::new(MetadataState::default());
+        state.apply(&records);
         tracing::info!(
             records = records.len(),
-            topics = image.topics.len(),
+            topics = state.image().topics.len(),
             "metadata log replayed"
         );
         Ok(Self {
-            state: Mutex::new(State {
-                log,
-                image: Arc::new(image),
-            }),
+            backend: Backend::Local(Mutex::new(log)),
+            state,
+            op_lock: tokio::sync::Mutex::new(()),
             defaults,
-            publisher: Mutex::new(None),
         })
     }
 
-    /// Registers the function that receives every new image (the broker's metadata publisher).
-    /// It is called at once with the current image.
+    /// A controller that is one voter of a Raft quorum. Every voter replays the committed
+    /// records through the same [`MetadataImage::replay`]; only the leader (the active
+    /// controller) accepts requests.
+    pub async fn start_quorum(config: QuorumConfig, defaults: TopicDefaults) -> Result<Self, ControllerError> {
+        let state = Arc::new(MetadataState::default());
+        let quorum = MetadataQuorum::start(config, Arc::new(RaftStateMachine(state.clone())))
+            .await
+            .map_err(|e| ControllerError::Io(e.to_string()))?;
+        Ok(Self {
+            backend: Backend::Raft(quorum),
+            state,
+            op_lock: tokio::sync::Mutex::new(()),
+            defaults,
+        })
+    }
+
+    /// Registers the function that receives every new image. It is called at once with the
+    /// current image.
     pub fn set_publisher(&self, publisher: Publisher) {
-        let state = self.state.lock();
-        publisher(&state.image);
-        *self.publisher.lock() = Some(publisher);
+        self.state.set_publisher(publisher);
     }
 
     pub fn image(&self) -> Arc<MetadataImage> {
-        self.state.lock().image.clone()
+        self.state.image()
     }
 
     pub fn defaults(&self) -> TopicDefaults {
         self.defaults
     }
 
-    /// Appends records durably, replays them and publishes the new image.
-    fn commit(
-        &self,
-        state: &mut State,
-        records: Vec<MetadataRecord>,
-    ) -> Result<(), ControllerError> {
+    /// Whether this node is the active controller (always, on a single node).
+    pub fn is_active(&self) -> bool {
+        match &self.backend {
+            Backend::Local(_) => true,
+            Backend::Raft(q) => q.is_leader(),
+        }
+    }
+
+    /// The active controller's node id, if known.
+    pub fn active_controller(&self) -> Option<i32> {
+        match &self.backend {
+            Backend::Local(_) => None,
+            Backend::Raft(q) => q.leader().map(|l| l as i32),
+        }
+    }
+
+    /// The controller epoch (the Raft term; 0 on a single node).
+    pub fn epoch(&self) -> u64 {
+        match &self.backend {
+            Backend::Local(_) => 0,
+            Backend::Raft(q) => q.term(),
+        }
+    }
+
+    /// Waits (bounded) until a controller is elected; returns its node id.
+    pub async fn wait_for_leader(&self, timeout: std::time::Duration) -> Result<Option<i32>, ControllerError> {
+        match &self.backend {
+            Backend::Local(_) => Ok(None),
+            Backend::Raft(q) => q
+                .wait_for_leader(timeout)
+                .await
+                .map(|l| Some(l as i32))
+                .map_err(|e| ControllerError::Io(e.to_string())),
+        }
+    }
+
+    pub async fn shutdown(&self) {
+        if let Backend::Raft(q) = &self.backend {
+            let _ = q.shutdown().await;
+        }
+    }
+
+    /// Makes records durable, then replays them and publishes the new image. With Raft the
+    /// replay happens in the state machine when the entry commits, before `propose` returns.
+    async fn commit(&self, records: Vec<MetadataRecord>) -> Result<(), ControllerError> {
         if records.is_empty() {
             return Ok(());
         }
-        state
-            .log
-            .append(&records)
-            .map_err(|e| ControllerError::Io(e.to_string()))?;
-        let mut image = (*state.image).clone();
-        for r in &records {
-            image.replay(r);
+        match &self.backend {
+            Backend::Local(log) => {
+                log.lock()
+                    .append(&records)
+                    .map_err(|e| ControllerError::Io(e.to_string()))?;
+                self.state.apply(&records);
+                Ok(())
+            }
+            Backend::Raft(q) => {
+                let payload = serde_json::to_vec(&records).map_err(|e| ControllerError::Io(e.to_string()))?;
+                match q.propose(payload).await {
+                    Ok(_) => Ok(()),
+                    Err(QuorumError::NotLeader { leader }) => Err(ControllerError::NotController {
+                        leader: leader.map(|l| l as i32),
+                    }),
+                    Err(e) => Err(ControllerError::Io(e.to_string())),
+                }
+            }
         }
-        state.image = Arc::new(image);
-        if let Some(publish) = self.publisher.lock().as_ref() {
-            publish(&state.image);
+    }
+
+    /// Refuses requests on a standby controller before any validation.
+    fn check_active(&self) -> Result<(), ControllerError> {
+        if self.is_active() {
+            Ok(())
+        } else {
+            Err(ControllerError::NotController {
+                leader: self.active_controller(),
+            })
         }
-        Ok(())
     }
 
     /// Records the broker's endpoint if it changed since the last registration.
-    pub fn register_broker(
+    pub async fn register_broker(
         &self,
         node_id: i32,
         host: &str,
         port: i32,
         rack: Option<String>,
     ) -> Result<(), ControllerError> {
-        let mut state = self.state.lock();
+        let _op = self.op_lock.lock().await;
+        self.check_active()?;
+        let image = self.image();
         let record = MetadataRecord::RegisterBroker {
             node_id,
             host: host.to_string(),
             port,
             rack,
         };
-        let unchanged = matches!(state.image.brokers.get(&node_id), Some(b)
+        let unchanged = matches!(image.brokers.get(&node_id), Some(b)
             if MetadataRecord::RegisterBroker { node_id, host: b.host.clone(), port: b.port, rack: b.rack.clone() } == record);
         if unchanged {
             return Ok(());
         }
-        self.commit(&mut state, vec![record])
+        self.commit(vec![record]).await
     }
 
-    pub fn create_topics(
+    pub async fn create_topics(
         &self,
         specs: &[CreateTopicSpec],
         validate_only: bool,
     ) -> Vec<Result<CreatedTopic, ControllerError>> {
-        let mut state = self.state.lock();
+        let _op = self.op_lock.lock().await;
+        if let Err(e) = self.check_active() {
+            return specs.iter().map(|_| Err(e.clone())).collect();
+        }
+        let image = self.image();
         let mut seen = HashSet::new();
         let mut records = Vec::new();
         let mut results = Vec::with_capacity(specs.len());
@@ -242,7 +325,7 @@ impl QuorumController {
                 )));
                 continue;
             }
-            let r = self.plan_topic(&state.image, &pending, spec);
+            let r = self.plan_topic(&image, &pending, spec);
             match r {
                 Ok((created, recs)) => {
                     if !validate_only {
@@ -254,7 +337,7 @@ impl QuorumController {
                 Err(e) => results.push(Err(e)),
             }
         }
-        if let Err(e) = self.commit(&mut state, records) {
+        if let Err(e) = self.commit(records).await {
             return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
         }
         results
@@ -335,6 +418,7 @@ impl QuorumController {
             }
             validate_assignment(&spec.assignments, 0, &brokers)?
         };
+        check_replication_supported(&assignment)?;
         let topic_id = Uuid::new_v4();
         let mut records = vec![MetadataRecord::Topic {
             name: name.clone(),
@@ -362,24 +446,24 @@ impl QuorumController {
     }
 
     /// Deletes topics named by name or id. Each result carries the resolved `(name, id)`.
-    pub fn delete_topics(
+    pub async fn delete_topics(
         &self,
         topics: &[(Option<String>, Option<Uuid>)],
     ) -> Vec<Result<(String, Uuid), ControllerError>> {
-        let mut state = self.state.lock();
+        let _op = self.op_lock.lock().await;
+        if let Err(e) = self.check_active() {
+            return topics.iter().map(|_| Err(e.clone())).collect();
+        }
+        let image = self.image();
         let mut records = Vec::new();
         let mut results = Vec::new();
         let mut seen = HashSet::new();
         for (name, id) in topics {
             let found = match (name, id) {
-                (Some(n), _) => state
-                    .image
-                    .topic(n)
+                (Some(n), _) => image.topic(n)
                     .map(|t| (t.name.clone(), t.id))
                     .ok_or(ControllerError::UnknownTopicOrPartition),
-                (None, Some(id)) => state
-                    .image
-                    .topic_by_id(id)
+                (None, Some(id)) => image.topic_by_id(id)
                     .map(|t| (t.name.clone(), t.id))
                     .ok_or(ControllerError::UnknownTopicId),
                 (None, None) => Err(ControllerError::InvalidRequest(
@@ -402,24 +486,24 @@ impl QuorumController {
             });
             results.push(r);
         }
-        if let Err(e) = self.commit(&mut state, records) {
+        if let Err(e) = self.commit(records).await {
             return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
         }
         results
     }
 
     /// CreatePartitions: grows `topic` to `count` partitions.
-    pub fn create_partitions(
+    pub async fn create_partitions(
         &self,
         topic: &str,
         count: i32,
         assignments: Option<Vec<Vec<i32>>>,
         validate_only: bool,
     ) -> Result<(), ControllerError> {
-        let mut state = self.state.lock();
-        let t = state
-            .image
-            .topic(topic)
+        let _op = self.op_lock.lock().await;
+        self.check_active()?;
+        let image = self.image();
+        let t = image.topic(topic)
             .ok_or(ControllerError::UnknownTopicOrPartition)?
             .clone();
         let current = t.partitions.len() as i32;
@@ -433,8 +517,8 @@ impl QuorumController {
                 "Topic already has {current} partitions."
             )));
         }
-        let brokers: Vec<i32> = state.image.brokers.keys().copied().collect();
-        let racks = broker_racks(&state.image);
+        let brokers: Vec<i32> = image.brokers.keys().copied().collect();
+        let racks = broker_racks(&image);
         let new = count - current;
         let plan = match assignments {
             Some(a) => {
@@ -462,6 +546,7 @@ impl QuorumController {
                 assign_replicas(new, rf, &racks, None, current)
             }
         };
+        check_replication_supported(&plan)?;
         if validate_only {
             return Ok(());
         }
@@ -470,31 +555,31 @@ impl QuorumController {
             .enumerate()
             .map(|(i, replicas)| partition_record(t.id, current + i as i32, replicas))
             .collect();
-        self.commit(&mut state, records)
+        self.commit(records).await
     }
 
     /// Hands `broker_id` the next block of [`PRODUCER_ID_BLOCK_SIZE`] producer ids (Kafka's
     /// AllocateProducerIds, KIP-730). The block is durable before it is returned, so no id is
     /// ever issued twice, across restarts and brokers.
-    pub fn allocate_producer_ids(
+    pub async fn allocate_producer_ids(
         &self,
         broker_id: i32,
     ) -> Result<ProducerIdBlock, ControllerError> {
-        let mut state = self.state.lock();
-        let start = state.image.next_producer_id;
+        let _op = self.op_lock.lock().await;
+        self.check_active()?;
+        let image = self.image();
+        let start = image.next_producer_id;
         if start > i64::MAX - PRODUCER_ID_BLOCK_SIZE as i64 {
             return Err(ControllerError::InvalidRequest(
                 "Exhausted all producer ids.".into(),
             ));
         }
         let next = start + PRODUCER_ID_BLOCK_SIZE as i64;
-        self.commit(
-            &mut state,
-            vec![MetadataRecord::ProducerIds {
-                broker_id,
-                next_producer_id: next,
-            }],
-        )?;
+        self.commit(vec![MetadataRecord::ProducerIds {
+            broker_id,
+            next_producer_id: next,
+        }])
+        .await?;
         Ok(ProducerIdBlock {
             start,
             len: PRODUCER_ID_BLOCK_SIZE,
@@ -502,16 +587,16 @@ impl QuorumController {
     }
 
     /// IncrementalAlterConfigs for one topic.
-    pub fn incremental_alter_topic_configs(
+    pub async fn incremental_alter_topic_configs(
         &self,
         topic: &str,
         ops: &[(String, AlterConfigOp, Option<String>)],
         validate_only: bool,
     ) -> Result<(), ControllerError> {
-        let mut state = self.state.lock();
-        let t = state
-            .image
-            .topic(topic)
+        let _op = self.op_lock.lock().await;
+        self.check_active()?;
+        let image = self.image();
+        let t = image.topic(topic)
             .ok_or(ControllerError::UnknownTopicOrPartition)?;
         let mut configs = t.configs.clone();
         let mut seen = HashSet::new();
@@ -587,7 +672,18 @@ impl QuorumController {
                 value: configs.get(k).cloned(),
             })
             .collect();
-        self.commit(&mut state, records)
+        self.commit(records).await
+    }
+}
+
+/// Partitions with more than one replica need the ISR replication of the broker, which is not
+/// built yet: refuse them rather than create replicas that would silently never be filled.
+fn check_replication_supported(assignment: &[Vec<i32>]) -> Result<(), ControllerError> {
+    match assignment.iter().map(Vec::len).max() {
+        Some(rf) if rf > 1 => Err(ControllerError::InvalidReplicationFactor(format!(
+            "Replication factor {rf} is not supported yet: this build of Strom does not replicate partitions (use 1)."
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -810,6 +906,13 @@ pub fn assign_replicas_rack_unaware(
 mod tests {
     use super::*;
 
+    fn block<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
     fn controller(dir: &Path) -> QuorumController {
         let c = QuorumController::open(
             &dir.join("meta.log"),
@@ -819,7 +922,7 @@ mod tests {
             },
         )
         .unwrap();
-        c.register_broker(1, "127.0.0.1", 9092, None).unwrap();
+        block(c.register_broker(1, "127.0.0.1", 9092, None)).unwrap();
         c
     }
 
@@ -836,19 +939,19 @@ mod tests {
     fn create_describe_delete_survive_restart() {
         let dir = tempfile::tempdir().unwrap();
         let c = controller(dir.path());
-        let r = c.create_topics(&[spec("a", 3), spec("b", -1)], false);
+        let r = block(c.create_topics(&[spec("a", 3), spec("b", -1)], false));
         assert!(r.iter().all(|r| r.is_ok()));
         assert_eq!(c.image().topic("a").unwrap().partitions.len(), 3);
         assert_eq!(c.image().topic("b").unwrap().partitions.len(), 1);
         let id = c.image().topic("a").unwrap().id;
-        c.incremental_alter_topic_configs(
+        block(c.incremental_alter_topic_configs(
             "a",
             &[("retention.ms".into(), AlterConfigOp::Set, Some("5".into()))],
             false,
-        )
+        ))
         .unwrap();
-        c.create_partitions("a", 5, None, false).unwrap();
-        assert!(c.delete_topics(&[(Some("b".into()), None)])[0].is_ok());
+        block(c.create_partitions("a", 5, None, false)).unwrap();
+        assert!(block(c.delete_topics(&[(Some("b".into()), None)]))[0].is_ok());
         drop(c);
         let c = controller(dir.path());
         let img = c.image();
@@ -863,8 +966,8 @@ mod tests {
     fn create_errors_follow_kafka() {
         let dir = tempfile::tempdir().unwrap();
         let c = controller(dir.path());
-        assert!(c.create_topics(&[spec("a.b", 1)], false)[0].is_ok());
-        let code = |s: CreateTopicSpec| c.create_topics(&[s], false)[0].clone().unwrap_err().code();
+        assert!(block(c.create_topics(&[spec("a.b", 1)], false))[0].is_ok());
+        let code = |s: CreateTopicSpec| block(c.create_topics(&[s], false))[0].clone().unwrap_err().code();
         assert_eq!(code(spec("a.b", 1)), 36);
         assert_eq!(code(spec("a_b", 1)), 17);
         assert_eq!(code(spec("bad name", 1)), 17);
@@ -891,7 +994,7 @@ mod tests {
             }),
             39
         );
-        let dup = c.create_topics(&[spec("d", 1), spec("d", 1)], false);
+        let dup = block(c.create_topics(&[spec("d", 1), spec("d", 1)], false));
         assert!(dup[0].is_ok());
         assert_eq!(dup[1].clone().unwrap_err().code(), 42);
     }
@@ -900,19 +1003,19 @@ mod tests {
     fn producer_id_blocks_never_repeat_across_restarts() {
         let dir = tempfile::tempdir().unwrap();
         let c = controller(dir.path());
-        let a = c.allocate_producer_ids(1).unwrap();
-        let b = c.allocate_producer_ids(1).unwrap();
+        let a = block(c.allocate_producer_ids(1)).unwrap();
+        let b = block(c.allocate_producer_ids(1)).unwrap();
         assert_eq!((a.start, a.len, b.start), (0, 1000, 1000));
         drop(c);
         let c = controller(dir.path());
-        assert_eq!(c.allocate_producer_ids(2).unwrap().start, 2000);
+        assert_eq!(block(c.allocate_producer_ids(2)).unwrap().start, 2000);
     }
 
     #[test]
     fn validate_only_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let c = controller(dir.path());
-        assert!(c.create_topics(&[spec("v", 2)], true)[0].is_ok());
+        assert!(block(c.create_topics(&[spec("v", 2)], true))[0].is_ok());
         assert!(c.image().topic("v").is_none());
     }
 

@@ -19,6 +19,7 @@ pub mod image;
 pub mod log;
 pub mod names;
 pub mod record;
+pub mod state;
 pub mod topic_config;
 
 pub use controller::{

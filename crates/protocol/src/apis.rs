@@ -24,6 +24,20 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteRecords, 0, 2),
 ];
 
+/// Broker-to-controller APIs: served by the active controller, never advertised to clients.
+pub const INTERNAL: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::BrokerRegistration, 0, 4),
+    (ApiKey::AllocateProducerIds, 0, 0),
+];
+
+/// True when `version` of `api_key` is accepted, advertised or internal.
+pub fn is_served(api_key: i16, version: i16) -> bool {
+    is_supported(api_key, version)
+        || INTERNAL
+            .iter()
+            .any(|&(k, min, max)| k as i16 == api_key && version >= min && version <= max)
+}
+
 /// The advertised range for an API key, if Strom serves it.
 pub fn supported_range(api_key: i16) -> Option<(i16, i16)> {
     SUPPORTED

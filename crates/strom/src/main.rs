@@ -12,6 +12,7 @@ use strom_broker::Server;
 
 mod bench;
 mod cli;
+mod dev_cluster;
 mod dump_log;
 
 #[global_allocator]
@@ -28,6 +29,8 @@ struct Cli {
 enum Command {
     /// Run a broker (and, in a single-node cluster, the metadata controller).
     Server(ServerArgs),
+    /// Start a local multi-node cluster on loopback (each node a controller voter and broker).
+    DevCluster(dev_cluster::DevClusterArgs),
     /// Create, list, describe, alter and delete topics (like kafka-topics.sh).
     Topics(cli::topics::TopicsArgs),
     /// Produce lines from stdin (like kafka-console-producer.sh).
@@ -56,6 +59,16 @@ struct ServerArgs {
     /// Directory for logs and metadata.
     #[arg(long, default_value = "./strom-data")]
     data_dir: PathBuf,
+    /// Where this node's controller listens for the other voters (cluster mode).
+    #[arg(long)]
+    controller_listen: Option<String>,
+    /// The controller voters, `1@HOST:PORT,2@HOST:PORT,3@HOST:PORT` (Kafka's
+    /// controller.quorum.voters). Without it the node is a single-node cluster.
+    #[arg(long)]
+    controller_quorum: Option<String>,
+    /// This broker's rack (broker.rack), for rack-aware replica placement.
+    #[arg(long)]
+    rack: Option<String>,
     /// A Kafka-style .properties file.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -65,14 +78,16 @@ struct ServerArgs {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Tools print their results; only the server logs its progress by default.
+    let default_level = if matches!(cli.command, Command::Server(_)) { "info" } else { "warn" };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -83,6 +98,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Server(args) => run_server(args).await,
+            Command::DevCluster(args) => dev_cluster::run(args).await,
             Command::Topics(args) => cli::topics::run(args).await,
             Command::Produce(args) => cli::produce::run(args).await,
             Command::Consume(args) => cli::consume::run(args).await,
@@ -130,7 +146,24 @@ async fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     }
     let listen = resolve(&args.listen)?;
     let advertised = args.advertised_listener.as_deref().map(split_host_port).transpose()?;
-    let config = BrokerConfig::new(args.node_id, listen, advertised, args.data_dir, props)?;
+    if let Some(rack) = &args.rack {
+        props.insert("broker.rack".into(), rack.clone());
+    }
+    let mut config = BrokerConfig::new(args.node_id, listen, advertised, args.data_dir, props)?;
+    if let Some(voters) = &args.controller_quorum {
+        let voters = strom_broker::config::parse_quorum_voters(voters)?;
+        if !voters.contains_key(&args.node_id) {
+            bail!("--controller-quorum does not name this node ({})", args.node_id);
+        }
+        let listen = match &args.controller_listen {
+            Some(a) => resolve(a)?,
+            None => voters[&args.node_id],
+        };
+        config.controller_listen = Some(listen);
+        config.controller_quorum = Some(voters);
+    } else if args.controller_listen.is_some() {
+        bail!("--controller-listen needs --controller-quorum");
+    }
     let server = Server::start(config).await?;
     println!("strom broker {} listening on {}", args.node_id, server.local_addr());
     server.run(shutdown_signal()).await?;

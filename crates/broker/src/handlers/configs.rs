@@ -7,6 +7,7 @@ use strom_controller::controller::AlterConfigOp;
 use strom_protocol::kafka::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
+use strom_protocol::kafka::messages::incremental_alter_configs_request::AlterConfigsResource;
 use strom_protocol::kafka::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use strom_protocol::kafka::messages::*;
 use strom_protocol::ErrorCode;
@@ -144,49 +145,51 @@ fn entry(
     e
 }
 
-pub fn incremental_alter_configs(
+pub async fn incremental_alter_configs(
     broker: &Arc<Broker>,
     req: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
-    let responses = req
-        .resources
-        .into_iter()
-        .map(|r| {
-            let res = AlterConfigsResourceResponse::default()
-                .with_resource_type(r.resource_type)
-                .with_resource_name(r.resource_name.clone());
-            if r.resource_type != RESOURCE_TOPIC {
-                return res
-                    .with_error_code(ErrorCode::InvalidRequest.code())
-                    .with_error_message(Some(str_bytes("Only topic configs can be altered")));
-            }
-            let mut ops = Vec::new();
-            for c in &r.configs {
-                let Some(op) = AlterConfigOp::from_i8(c.config_operation) else {
-                    return res
-                        .with_error_code(ErrorCode::InvalidRequest.code())
-                        .with_error_message(Some(str_bytes(&format!(
-                            "Unknown operation {}",
-                            c.config_operation
-                        ))));
-                };
-                ops.push((
-                    c.name.to_string(),
-                    op,
-                    c.value.as_ref().map(|v| v.to_string()),
-                ));
-            }
-            match broker.controller.incremental_alter_topic_configs(
-                r.resource_name.as_str(),
-                &ops,
-                req.validate_only,
-            ) {
-                Ok(()) => res,
-                Err(e) => res
-                    .with_error_code(e.code())
-                    .with_error_message(Some(str_bytes(&e.to_string()))),
-            }
-        })
-        .collect();
+    let mut responses = Vec::with_capacity(req.resources.len());
+    for r in req.resources {
+        let res = AlterConfigsResourceResponse::default()
+            .with_resource_type(r.resource_type)
+            .with_resource_name(r.resource_name.clone());
+        responses.push(alter_one(broker, r, res, req.validate_only).await);
+    }
     IncrementalAlterConfigsResponse::default().with_responses(responses)
+}
+
+async fn alter_one(
+    broker: &Arc<Broker>,
+    r: AlterConfigsResource,
+    res: AlterConfigsResourceResponse,
+    validate_only: bool,
+) -> AlterConfigsResourceResponse {
+    if r.resource_type != RESOURCE_TOPIC {
+        return res
+            .with_error_code(ErrorCode::InvalidRequest.code())
+            .with_error_message(Some(str_bytes("Only topic configs can be altered")));
+    }
+    let mut ops = Vec::new();
+    for c in &r.configs {
+        let Some(op) = AlterConfigOp::from_i8(c.config_operation) else {
+            return res
+                .with_error_code(ErrorCode::InvalidRequest.code())
+                .with_error_message(Some(str_bytes(&format!(
+                    "Unknown operation {}",
+                    c.config_operation
+                ))));
+        };
+        ops.push((c.name.to_string(), op, c.value.as_ref().map(|v| v.to_string())));
+    }
+    match broker
+        .controller
+        .incremental_alter_topic_configs(r.resource_name.as_str(), &ops, validate_only)
+        .await
+    {
+        Ok(()) => res,
+        Err(e) => res
+            .with_error_code(e.code())
+            .with_error_message(Some(str_bytes(&e.to_string()))),
+    }
 }

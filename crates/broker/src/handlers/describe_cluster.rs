@@ -33,6 +33,6 @@ pub fn handle(broker: &Arc<Broker>, req: DescribeClusterRequest) -> DescribeClus
         })
         .collect();
     resp.with_cluster_id(str_bytes(&broker.cluster_id))
-        .with_controller_id(BrokerId(broker.config.node_id))
+        .with_controller_id(BrokerId(broker.controller_id()))
         .with_brokers(brokers)
 }

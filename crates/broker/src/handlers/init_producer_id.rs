@@ -9,7 +9,7 @@ use strom_protocol::ErrorCode;
 
 use crate::server::Broker;
 
-pub fn handle(broker: &Arc<Broker>, req: InitProducerIdRequest) -> InitProducerIdResponse {
+pub async fn handle(broker: &Arc<Broker>, req: InitProducerIdRequest) -> InitProducerIdResponse {
     let resp = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
@@ -19,7 +19,7 @@ pub fn handle(broker: &Arc<Broker>, req: InitProducerIdRequest) -> InitProducerI
         // through a real client.
         return resp.with_error_code(ErrorCode::TransactionalIdAuthorizationFailed.code());
     }
-    match broker.producer_ids.generate_producer_id() {
+    match broker.producer_ids.generate_producer_id().await {
         Ok(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
         Err(e) => {
             tracing::warn!(error = %e, "cannot allocate a producer id");

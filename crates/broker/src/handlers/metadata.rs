@@ -16,7 +16,7 @@ use crate::server::Broker;
 /// Kafka's "authorized operations not requested" value.
 const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
 
-pub fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) -> MetadataResponse {
+pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) -> MetadataResponse {
     let mut image = broker.image();
     let all = match &req.topics {
         None => true,
@@ -45,17 +45,7 @@ pub fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) -> Metad
                 })
                 .collect();
             if !missing.is_empty() {
-                for (spec, r) in missing
-                    .iter()
-                    .zip(broker.controller.create_topics(&missing, false))
-                {
-                    match r {
-                        Ok(_) => tracing::info!(topic = %spec.name, "auto-created topic"),
-                        Err(e) => {
-                            tracing::debug!(topic = %spec.name, error = %e, "auto-create failed")
-                        }
-                    }
-                }
+                broker.create_topics(&missing).await;
                 image = broker.image();
             }
         }
@@ -88,7 +78,7 @@ pub fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) -> Metad
     MetadataResponse::default()
         .with_brokers(brokers(&image))
         .with_cluster_id(Some(str_bytes(&broker.cluster_id)))
-        .with_controller_id(BrokerId(broker.config.node_id))
+        .with_controller_id(BrokerId(broker.controller_id()))
         .with_topics(topics)
         .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
 }

@@ -8,6 +8,7 @@ mod delete_records;
 mod describe_cluster;
 mod fetch;
 mod init_producer_id;
+mod internal;
 mod list_offsets;
 mod metadata;
 mod offset_for_leader_epoch;
@@ -54,11 +55,12 @@ pub async fn handle(
     broker: &Arc<Broker>,
     mut payload: Bytes,
 ) -> Result<Option<BytesMut>, HandleError> {
+    let original = payload.clone();
     let prefix = frame::peek_header(&payload).ok_or(HandleError::Malformed)?;
     let api_key =
         ApiKey::try_from(prefix.api_key).map_err(|_| HandleError::UnknownApi(prefix.api_key))?;
     let version = prefix.api_version;
-    if !apis::is_supported(prefix.api_key, version) {
+    if !apis::is_served(prefix.api_key, version) {
         if api_key == ApiKey::ApiVersions {
             // Kafka's fallback: a v0 response with the error and our ranges, so the client can
             // retry with a version we speak.
@@ -69,6 +71,17 @@ pub async fn handle(
             api_key: prefix.api_key,
             version,
         });
+    }
+    let admin = matches!(
+        api_key,
+        ApiKey::CreateTopics | ApiKey::DeleteTopics | ApiKey::CreatePartitions | ApiKey::IncrementalAlterConfigs
+    );
+    if admin && !broker.controller.is_active() {
+        // Admin requests are decided by the active controller: forward the frame unchanged and
+        // relay its answer. If that fails, the local handler answers NOT_CONTROLLER per item.
+        if let Ok(resp) = broker.channel.forward_raw(&original).await {
+            return Ok(Some(crate::controller_channel::frame(resp)));
+        }
     }
     let header = RequestHeader::decode(&mut payload, api_key.request_header_version(version))
         .map_err(|e| HandleError::Decode {
@@ -92,13 +105,13 @@ pub async fn handle(
             encode(api_key, version, corr, &api_versions::handle(req))
         }
         ApiKey::Metadata => {
-            let resp = metadata::handle(broker, body!(MetadataRequest), version);
+            let resp = metadata::handle(broker, body!(MetadataRequest), version).await;
             encode(api_key, version, corr, &resp)
         }
         ApiKey::Produce => {
             let req = body!(ProduceRequest);
             let acks = req.acks;
-            let resp = produce::handle(broker, req, version);
+            let resp = produce::handle(broker, req, version).await;
             if acks == 0 {
                 let failed = resp
                     .responses
@@ -122,15 +135,15 @@ pub async fn handle(
             encode(api_key, version, corr, &resp)
         }
         ApiKey::CreateTopics => {
-            let resp = topics::create_topics(broker, body!(CreateTopicsRequest), version);
+            let resp = topics::create_topics(broker, body!(CreateTopicsRequest), version).await;
             encode(api_key, version, corr, &resp)
         }
         ApiKey::DeleteTopics => {
-            let resp = topics::delete_topics(broker, body!(DeleteTopicsRequest), version);
+            let resp = topics::delete_topics(broker, body!(DeleteTopicsRequest), version).await;
             encode(api_key, version, corr, &resp)
         }
         ApiKey::CreatePartitions => {
-            let resp = topics::create_partitions(broker, body!(CreatePartitionsRequest));
+            let resp = topics::create_partitions(broker, body!(CreatePartitionsRequest)).await;
             encode(api_key, version, corr, &resp)
         }
         ApiKey::DescribeConfigs => {
@@ -139,7 +152,7 @@ pub async fn handle(
         }
         ApiKey::IncrementalAlterConfigs => {
             let resp =
-                configs::incremental_alter_configs(broker, body!(IncrementalAlterConfigsRequest));
+                configs::incremental_alter_configs(broker, body!(IncrementalAlterConfigsRequest)).await;
             encode(api_key, version, corr, &resp)
         }
         ApiKey::OffsetForLeaderEpoch => {
@@ -151,7 +164,15 @@ pub async fn handle(
             encode(api_key, version, corr, &resp)
         }
         ApiKey::InitProducerId => {
-            let resp = init_producer_id::handle(broker, body!(InitProducerIdRequest));
+            let resp = init_producer_id::handle(broker, body!(InitProducerIdRequest)).await;
+            encode(api_key, version, corr, &resp)
+        }
+        ApiKey::BrokerRegistration => {
+            let resp = internal::broker_registration(broker, body!(BrokerRegistrationRequest)).await;
+            encode(api_key, version, corr, &resp)
+        }
+        ApiKey::AllocateProducerIds => {
+            let resp = internal::allocate_producer_ids(broker, body!(AllocateProducerIdsRequest)).await;
             encode(api_key, version, corr, &resp)
         }
         ApiKey::DescribeCluster => {

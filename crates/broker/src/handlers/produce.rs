@@ -15,7 +15,7 @@ use strom_storage::AppendOrigin;
 use super::str_bytes;
 use crate::server::Broker;
 
-pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> ProduceResponse {
+pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> ProduceResponse {
     let acks_ok = matches!(req.acks, -1..=1);
     let mut image = broker.image();
     if acks_ok && broker.config.auto_create_topics_enable {
@@ -31,7 +31,7 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Produc
             })
             .collect();
         if !missing.is_empty() {
-            broker.controller.create_topics(&missing, false);
+            broker.create_topics(&missing).await;
             image = broker.image();
         }
     }

@@ -14,7 +14,7 @@ use strom_protocol::ErrorCode;
 use super::str_bytes;
 use crate::server::Broker;
 
-pub fn create_topics(
+pub async fn create_topics(
     broker: &Arc<Broker>,
     req: CreateTopicsRequest,
     version: i16,
@@ -43,7 +43,7 @@ pub fn create_topics(
                 .collect(),
         })
         .collect();
-    let results = broker.controller.create_topics(&specs, req.validate_only);
+    let results = broker.controller.create_topics(&specs, req.validate_only).await;
     let topics = req
         .topics
         .into_iter()
@@ -88,7 +88,7 @@ pub fn create_topics(
     CreateTopicsResponse::default().with_topics(topics)
 }
 
-pub fn delete_topics(
+pub async fn delete_topics(
     broker: &Arc<Broker>,
     req: DeleteTopicsRequest,
     version: i16,
@@ -111,7 +111,7 @@ pub fn delete_topics(
     };
     let results: Vec<Result<(String, uuid::Uuid), ControllerError>> =
         if broker.config.delete_topic_enable {
-            broker.controller.delete_topics(&refs)
+            broker.controller.delete_topics(&refs).await
         } else {
             refs.iter()
                 .map(|_| {
@@ -144,33 +144,28 @@ pub fn delete_topics(
     DeleteTopicsResponse::default().with_responses(responses)
 }
 
-pub fn create_partitions(
+pub async fn create_partitions(
     broker: &Arc<Broker>,
     req: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
-    let results = req
-        .topics
-        .into_iter()
-        .map(|t| {
-            let assignments = t.assignments.map(|a| {
-                a.into_iter()
-                    .map(|x| x.broker_ids.into_iter().map(|b| b.0).collect())
-                    .collect()
-            });
-            let r = broker.controller.create_partitions(
-                t.name.0.as_str(),
-                t.count,
-                assignments,
-                req.validate_only,
-            );
-            let res = CreatePartitionsTopicResult::default().with_name(t.name);
-            match r {
-                Ok(()) => res,
-                Err(e) => res
-                    .with_error_code(e.code())
-                    .with_error_message(Some(str_bytes(&e.to_string()))),
-            }
-        })
-        .collect();
+    let mut results = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let assignments = t.assignments.map(|a| {
+            a.into_iter()
+                .map(|x| x.broker_ids.into_iter().map(|b| b.0).collect())
+                .collect()
+        });
+        let r = broker
+            .controller
+            .create_partitions(t.name.0.as_str(), t.count, assignments, req.validate_only)
+            .await;
+        let res = CreatePartitionsTopicResult::default().with_name(t.name);
+        results.push(match r {
+            Ok(()) => res,
+            Err(e) => res
+                .with_error_code(e.code())
+                .with_error_message(Some(str_bytes(&e.to_string()))),
+        });
+    }
     CreatePartitionsResponse::default().with_results(results)
 }

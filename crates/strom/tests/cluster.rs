@@ -1,0 +1,289 @@
+//! A 3-node cluster on loopback: every node a Raft controller voter and a broker. Metadata is
+//! the same on every node, admin requests sent to any node reach the active controller, data
+//! goes to the partition leaders, and the cluster survives a SIGKILL of the active controller
+//! (a new one is elected, the killed node catches up when it restarts). Replication factor > 1
+//! is refused until ISR replication lands.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{block_on, free_port};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+struct Node {
+    id: i32,
+    port: u16,
+    child: Option<Child>,
+}
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    nodes: Vec<Node>,
+    quorum: String,
+    controller_ports: BTreeMap<i32, u16>,
+}
+
+impl Cluster {
+    fn start(n: i32) -> Cluster {
+        let controller_ports: BTreeMap<i32, u16> = (1..=n).map(|i| (i, free_port())).collect();
+        let quorum = controller_ports
+            .iter()
+            .map(|(i, p)| format!("{i}@127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut c = Cluster {
+            dir: tempfile::tempdir().unwrap(),
+            nodes: (1..=n).map(|id| Node { id, port: free_port(), child: None }).collect(),
+            quorum,
+            controller_ports,
+        };
+        for i in 0..c.nodes.len() {
+            c.spawn(i);
+        }
+        for i in 0..c.nodes.len() {
+            c.wait_serving(i);
+        }
+        c
+    }
+
+    fn data_dir(&self, id: i32) -> PathBuf {
+        self.dir.path().join(format!("node-{id}"))
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let node = &self.nodes[i];
+        let dir = self.data_dir(node.id);
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("server.log"))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_strom"))
+            .arg("server")
+            .args(["--node-id", &node.id.to_string()])
+            .args(["--listen", &format!("127.0.0.1:{}", node.port)])
+            .args(["--controller-listen", &format!("127.0.0.1:{}", self.controller_ports[&node.id])])
+            .args(["--controller-quorum", &self.quorum])
+            .arg("--data-dir")
+            .arg(&dir)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn strom server");
+        self.nodes[i].child = Some(child);
+    }
+
+    fn wait_serving(&self, i: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let addr = format!("127.0.0.1:{}", self.nodes[i].port);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(Instant::now() < deadline, "node {} never listened", self.nodes[i].id);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kill(&mut self, id: i32) {
+        let node = self.nodes.iter_mut().find(|n| n.id == id).unwrap();
+        if let Some(mut c) = node.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn restart(&mut self, id: i32) {
+        let i = self.nodes.iter().position(|n| n.id == id).unwrap();
+        self.spawn(i);
+        self.wait_serving(i);
+    }
+
+    fn bootstrap(&self, ids: &[i32]) -> String {
+        self.nodes
+            .iter()
+            .filter(|n| ids.contains(&n.id))
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn config(&self, ids: &[i32]) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", self.bootstrap(ids))
+            .set("socket.timeout.ms", "10000");
+        c
+    }
+
+    fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| {
+                let log = std::fs::read_to_string(self.data_dir(n.id).join("server.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                format!("--- node {} ---\n{}", n.id, tail.into_iter().rev().collect::<Vec<_>>().join("\n"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.logs());
+        }
+        for n in &mut self.nodes {
+            if let Some(mut c) = n.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+/// (brokers, controller id, partition -> leader) as `node` reports them.
+fn metadata(c: &Cluster, node: i32, topic: &str) -> (Vec<i32>, i32, BTreeMap<i32, i32>) {
+    let consumer: BaseConsumer = c.config(&[node]).create().unwrap();
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("metadata");
+    let brokers = md.brokers().iter().map(|b| b.id()).collect();
+    let leaders = md
+        .topics()
+        .iter()
+        .flat_map(|t| t.partitions().iter().map(|p| (p.id(), p.leader())))
+        .collect();
+    let controller = admin_controller(c, node);
+    (brokers, controller, leaders)
+}
+
+/// The controller id in a raw Metadata v1+ answer (rdkafka does not expose it).
+fn admin_controller(c: &Cluster, node: i32) -> i32 {
+    use strom_protocol::kafka::messages::{ApiKey, MetadataRequest, MetadataResponse};
+    let port = c.nodes.iter().find(|n| n.id == node).unwrap().port;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let resp: MetadataResponse = common::raw_call(&mut s, ApiKey::Metadata, 12, &MetadataRequest::default().with_topics(Some(vec![])));
+    resp.controller_id.0
+}
+
+fn create_topic(c: &Cluster, via: &[i32], name: &str, partitions: i32, rf: i32) -> Result<(), String> {
+    let admin: AdminClient<DefaultClientContext> = c.config(via).create().unwrap();
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(rf));
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let r = block_on(admin.create_topics([&topic], &opts)).map_err(|e| e.to_string())?;
+    r.into_iter()
+        .next()
+        .unwrap()
+        .map(|_| ())
+        .map_err(|(_, code)| format!("{code:?}"))
+}
+
+fn produce(c: &Cluster, topic: &str, n: usize) {
+    let p: ThreadedProducer<DefaultProducerContext> = c
+        .config(&[1, 2, 3])
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .create()
+        .unwrap();
+    for i in 0..n {
+        let key = format!("k{i}");
+        let value = format!("v{i}");
+        let mut rec = BaseRecord::<str, str>::to(topic).key(&key).payload(&value);
+        loop {
+            match p.send(rec) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    rec = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+    assert_eq!(p.flush(Duration::from_secs(60)), Ok(()));
+    assert_eq!(p.in_flight_count(), 0);
+}
+
+/// Every record of `topic` from every partition, read through `via`.
+fn consume_count(c: &Cluster, via: &[i32], topic: &str, partitions: i32, expect: usize) -> usize {
+    let consumer: BaseConsumer = c.config(via).set("group.id", "unused").create().unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen.len() < expect && Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            seen.insert((m.partition(), m.offset(), m.payload().map(|v| v.to_vec())));
+        }
+    }
+    seen.len()
+}
+
+fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn three_nodes_share_metadata_and_survive_a_controller_kill() {
+    let t0 = Instant::now();
+    let step = |what: &str| eprintln!("[{:>6.1}s] {what}", t0.elapsed().as_secs_f64());
+    let mut c = Cluster::start(3);
+    step("started");
+    eventually("all brokers registered everywhere", || {
+        (1..=3)
+            .all(|n| metadata(&c, n, "").0.len() == 3 && admin_controller(&c, n) > 0)
+            .then_some(())
+    });
+    step("registered");
+    // Created through a node that may not be the active controller: forwarded.
+    create_topic(&c, &[2], "spread", 6, 1).unwrap();
+    let leaders = eventually("the topic on every node", || {
+        let views: Vec<_> = (1..=3).map(|n| metadata(&c, n, "spread")).collect();
+        let same = views.iter().all(|v| v.2.len() == 6 && v.2 == views[0].2 && v.1 == views[0].1);
+        same.then(|| views[0].2.clone())
+    });
+    let led: std::collections::BTreeSet<i32> = leaders.values().copied().collect();
+    assert_eq!(led.len(), 3, "leaders spread over the brokers: {leaders:?}");
+    assert!(create_topic(&c, &[1], "replicated", 3, 3).unwrap_err().contains("InvalidReplicationFactor"));
+
+    step("topic everywhere");
+    produce(&c, "spread", 3000);
+    step("produced");
+    assert_eq!(consume_count(&c, &[1, 2, 3], "spread", 6, 3000), 3000);
+
+    step("produced and consumed");
+    // SIGKILL the active controller: another is elected and the cluster goes on.
+    let old = admin_controller(&c, 1);
+    c.kill(old);
+    let others: Vec<i32> = (1..=3).filter(|&n| n != old).collect();
+    let new = eventually("a new controller", || {
+        let ids: Vec<i32> = others.iter().map(|&n| admin_controller(&c, n)).collect();
+        (ids.iter().all(|&i| i > 0 && i != old && i == ids[0])).then_some(ids[0])
+    });
+    assert_ne!(new, old);
+    eventually("a topic created after the failover", || create_topic(&c, &others, "after", 2, 1).ok());
+
+    step("failover done");
+    // The killed node restarts, catches up on the metadata log and serves its partitions again.
+    c.restart(old);
+    eventually("the restarted node knows the new topic", || {
+        (metadata(&c, old, "after").2.len() == 2).then_some(())
+    });
+    assert_eq!(consume_count(&c, &[old], "spread", 6, 3000), 3000);
+}
