@@ -14,6 +14,7 @@ pub mod handlers;
 pub mod partition;
 pub mod producer_ids;
 pub mod replica_manager;
+pub mod replication;
 pub mod server;
 
 use base64::Engine;
