@@ -345,10 +345,7 @@ fn earliest_delay(shared: &Shared) -> Option<Instant> {
 type Sent = HashMap<TopicPartition, (i64, i32)>;
 
 /// The fetch for every partition not backing off, and what was asked for each.
-fn build_request(
-    config: &FetcherConfig,
-    shared: &Shared,
-) -> Option<(FetchRequest, Sent)> {
+fn build_request(config: &FetcherConfig, shared: &Shared) -> Option<(FetchRequest, Sent)> {
     let now = Instant::now();
     let mut map = shared.partitions.lock();
     let mut topics: BTreeMap<String, Vec<FetchPartition>> = BTreeMap::new();
@@ -394,12 +391,7 @@ fn build_request(
     Some((req, sent))
 }
 
-fn process_response(
-    config: &FetcherConfig,
-    shared: &Shared,
-    resp: FetchResponse,
-    sent: &Sent,
-) {
+fn process_response(config: &FetcherConfig, shared: &Shared, resp: FetchResponse, sent: &Sent) {
     let mut map = shared.partitions.lock();
     let now_ms = crate::now_ms();
     for topic in resp.responses {
