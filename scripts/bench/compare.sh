@@ -10,15 +10,16 @@
 # broker's RSS (idle, and sampled every 0.5 s while the log grows), and stops it. Odd rounds run
 # Strom first, even rounds Kafka first. Workloads (1 partition, 1 KiB records, RECORDS records,
 # a fresh topic each):
-#   rdk-p-acks1     rdkafka_performance -P -s 1024 -a 1        (librdkafka 2.12.1, its defaults)
-#   rdk-p-acksall   rdkafka_performance -P -s 1024 -a -1
+#   rdk-p-acks1     rdkafka_performance -P -s 1024 -a 1 -X linger.ms=5   (librdkafka 2.12.1)
+#   rdk-p-acksall   rdkafka_performance -P -s 1024 -a -1 -X linger.ms=5
 #   rdk-c           rdkafka_performance -C -o beginning        (reads what rdk-p-acks1 wrote)
 #   java-p-acks1    kafka-producer-perf-test (ProducerPerformance, kafka-tools 4.4) acks=1
 #   strom-p-acks1   strom bench produce --acks 1
 #   strom-c         strom bench consume                        (reads what rdk-p-acks1 wrote)
 #
 # Results: $OUT/results.csv (one row per run) and $OUT/summary.md (medians and Strom/Kafka
-# ratios); OUT defaults to /tmp/strom-bench.<time>. Every process it starts is killed by pid on
+# ratios; with APPEND_LIMIT / TCP_LIMIT in MB/s also the fraction of those machine limits);
+# OUT defaults to /tmp/strom-bench.<time>. Every process it starts is killed by pid on
 # exit, also on failure or Ctrl-C.
 set -euo pipefail
 
@@ -79,7 +80,7 @@ L4J
     nproc; uname -r; grep -m1 'model name' /proc/cpuinfo || true
 } > "$OUT/env.txt"
 
-echo "round,broker,workload,records_per_sec,mb_per_sec,p50_ms,p99_ms,p999_ms,rss_idle_kb,rss_max_kb,rss_end_kb" > "$OUT/results.csv"
+echo "round,broker,workload,records_per_sec,mb_per_sec,p50_ms,p99_ms,p999_ms,rss_idle_kb,rss_max_kb,rss_end_kb,load1" > "$OUT/results.csv"
 
 # --- brokers -------------------------------------------------------------------------------
 BROKER_PID=""
@@ -162,8 +163,10 @@ run_workload() {
         local acks=1 topic=rdk-acks1
         [[ "$w" == rdk-p-acksall ]] && { acks=-1; topic=rdk-acksall; }
         create_topic "$topic"
+        # rdkafka_performance sets linger.ms=1000, which adds a fixed ~1 s tail (the last
+        # partial batch waits) to every run; librdkafka's own default is 5.
         "$RDPERF" -P -t "$topic" -p 0 -b "$bs" -s "$SIZE" -c "$RECORDS" -a "$acks" \
-            > "$logf" 2>&1
+            -X linger.ms=5 > "$logf" 2>&1
         # "% N messages produced (B bytes), D delivered (...) in T ms: X msgs/s and Y MB/s, ..."
         grep 'messages produced' "$logf" | tail -1 |
             sed -E 's/.* ([0-9]+) msgs\/s and ([0-9.]+) MB\/s.*/\1 \2 - - -/'
@@ -217,6 +220,8 @@ for round in $(seq 1 "$ROUNDS"); do
             : > "$samples"
             start_sampler "$samples"
             logf="$OUT/r$round-$b-$w.log"
+            # the 1-minute load average before the run: other work on this machine shows here
+            load1="$(cut -d' ' -f1 /proc/loadavg)"
             if res="$(run_workload "$w" "$logf")" && [[ -n "$res" ]]; then
                 :
             else
@@ -226,14 +231,15 @@ for round in $(seq 1 "$ROUNDS"); do
             end="$(rss_kb "$BROKER_PID")"
             max="$(sort -n "$samples" | tail -1)"
             read -r rps mbps p50 p99 p999 <<< "$res"
-            echo "$round,$b,$w,$rps,$mbps,$p50,$p99,$p999,$idle,${max:-0},$end" >> "$OUT/results.csv"
-            log "$b $w: $rps rec/s $mbps MB/s p50=$p50 p99=$p99 p99.9=$p999 rss max ${max:-0} kB end $end kB"
+            echo "$round,$b,$w,$rps,$mbps,$p50,$p99,$p999,$idle,${max:-0},$end,$load1" >> "$OUT/results.csv"
+            log "$b $w: $rps rec/s $mbps MB/s p50=$p50 p99=$p99 p99.9=$p999 rss max ${max:-0} kB end $end kB load $load1"
         done
         du -sh "$BROKER_DIR" | awk '{print "  data: " $1}' >&2
         stop_broker
     done
 done
 
-python3 "$ROOT/scripts/bench/summarize.py" "$OUT/results.csv" > "$OUT/summary.md"
+python3 "$ROOT/scripts/bench/summarize.py" "$OUT/results.csv" \
+    ${APPEND_LIMIT:+--append-limit "$APPEND_LIMIT"} ${TCP_LIMIT:+--tcp-limit "$TCP_LIMIT"} > "$OUT/summary.md"
 cat "$OUT/summary.md"
 log "results in $OUT"

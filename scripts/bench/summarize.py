@@ -73,6 +73,11 @@ def main():
         mx = max(vals["rss_max_kb"]) / 1024 if vals["rss_max_kb"] else 0
         end = statistics.median(vals["rss_end_kb"]) / 1024 if vals["rss_end_kb"] else 0
         print(f"| {b} | {idle:.1f} | {mx:.1f} | {end:.1f} |")
+    loads = [v for v in (num(r.get("load1")) for r in rows) if v is not None]
+    if loads:
+        print()
+        print(f"1-minute load average before each run (2 cores): median {statistics.median(loads):.1f}, "
+              f"min {min(loads):.1f}, max {max(loads):.1f}")
 
 
 if __name__ == "__main__":

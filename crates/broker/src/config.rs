@@ -47,6 +47,15 @@ const KNOWN_BROKER_KEYS: &[&str] = &[
     "advertised.listeners",
     "broker.rack",
     "producer.id.expiration.ms",
+    "replica.lag.time.max.ms",
+    "broker.heartbeat.interval.ms",
+    "broker.session.timeout.ms",
+    "replica.fetch.wait.max.ms",
+    "replica.fetch.min.bytes",
+    "replica.fetch.max.bytes",
+    "replica.fetch.response.max.bytes",
+    "replica.fetch.backoff.ms",
+    "replica.socket.timeout.ms",
     "producer.id.expiration.check.interval.ms",
 ];
 
@@ -75,6 +84,11 @@ pub struct BrokerConfig {
     pub checkpoint_interval_ms: u64,
     pub producer_id_expiration_ms: i64,
     pub producer_id_expiration_check_interval_ms: u64,
+    pub replica_lag_time_max_ms: i64,
+    pub broker_heartbeat_interval_ms: u64,
+    pub broker_session_timeout_ms: u64,
+    pub min_insync_replicas: i32,
+    pub unclean_leader_election_enable: bool,
 }
 
 /// Parses `1@host:port,2@host:port,...` (Kafka's `controller.quorum.voters`).
@@ -194,6 +208,11 @@ impl BrokerConfig {
                 "producer.id.expiration.check.interval.ms",
                 600_000,
             )?,
+            replica_lag_time_max_ms: parse(&props, "replica.lag.time.max.ms", 30_000)?,
+            broker_heartbeat_interval_ms: parse(&props, "broker.heartbeat.interval.ms", 2_000)?,
+            broker_session_timeout_ms: parse(&props, "broker.session.timeout.ms", 9_000)?,
+            min_insync_replicas: parse(&props, "min.insync.replicas", 1)?,
+            unclean_leader_election_enable: parse(&props, "unclean.leader.election.enable", false)?,
             props,
         };
         if cfg.num_partitions < 1 {

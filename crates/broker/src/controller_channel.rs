@@ -205,6 +205,46 @@ fn code_to_result(code: i16, leader: Option<i32>) -> Result<(), ControllerError>
     }
 }
 
+impl ControllerChannel {
+    /// AlterPartition for one partition (Kafka sends them batched; one is enough here).
+    pub async fn alter_partition(&self, p: &crate::replication::AlterPartitionProposal) -> Result<(), ControllerError> {
+        if self.controller.is_active() {
+            return self
+                .controller
+                .alter_partition(self.node_id, p.topic_id, p.partition, p.leader_epoch, p.partition_epoch, p.new_isr.clone())
+                .await;
+        }
+        use strom_protocol::kafka::messages::alter_partition_request::{PartitionData, TopicData};
+        let req = AlterPartitionRequest::default()
+            .with_broker_id(BrokerId(self.node_id))
+            .with_topics(vec![TopicData::default().with_topic_id(p.topic_id).with_partitions(vec![
+                PartitionData::default()
+                    .with_partition_index(p.partition)
+                    .with_leader_epoch(p.leader_epoch)
+                    .with_partition_epoch(p.partition_epoch)
+                    .with_new_isr(p.new_isr.iter().map(|&b| BrokerId(b)).collect()),
+            ])]);
+        let resp: AlterPartitionResponse = self.call(ApiKey::AlterPartition, 2, &req).await?;
+        code_to_result(resp.error_code, self.controller.active_controller())?;
+        let code = resp
+            .topics
+            .first()
+            .and_then(|t| t.partitions.first())
+            .map_or(0, |p| p.error_code);
+        code_to_result(code, self.controller.active_controller())
+    }
+
+    /// A heartbeat to the active controller, which keeps this broker unfenced.
+    pub async fn heartbeat(&self, now_ms: u64, unclean_default: bool) -> Result<(), ControllerError> {
+        if self.controller.is_active() {
+            return self.controller.heartbeat(self.node_id, now_ms, unclean_default).await.map(|_| ());
+        }
+        let req = BrokerHeartbeatRequest::default().with_broker_id(BrokerId(self.node_id));
+        let resp: BrokerHeartbeatResponse = self.call(ApiKey::BrokerHeartbeat, 0, &req).await?;
+        code_to_result(resp.error_code, self.controller.active_controller())
+    }
+}
+
 /// Frames the payload of a forwarded response for the client connection.
 pub fn frame(payload: Bytes) -> BytesMut {
     let mut out = BytesMut::with_capacity(4 + payload.remaining());

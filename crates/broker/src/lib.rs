@@ -15,6 +15,7 @@ pub mod handlers;
 pub mod partition;
 pub mod producer_ids;
 pub mod replica_manager;
+pub mod replication;
 pub mod server;
 
 use base64::Engine;
@@ -32,6 +33,12 @@ pub fn parse_topic_id_string(s: &str) -> Option<Uuid> {
         .decode(s)
         .ok()?;
     Uuid::from_slice(&bytes).ok()
+}
+
+/// Milliseconds on a clock that never goes back (heartbeat sessions).
+pub(crate) fn monotonic_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64 + 1
 }
 
 pub(crate) fn now_ms() -> i64 {

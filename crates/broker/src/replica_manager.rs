@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use crate::config::BrokerConfig;
 use crate::partition::Partition;
+use crate::replication::{min_insync_replicas, AlterPartitionSender, FetcherManager, LeaderAndIsr};
 
 pub type TopicPartition = (String, i32);
 
@@ -30,6 +31,16 @@ pub struct ReplicaManager {
     recovery_points: HashMap<TopicPartition, i64>,
     log_start_offsets: HashMap<TopicPartition, i64>,
     high_watermarks: HashMap<TopicPartition, i64>,
+    /// Cluster mode only: follower fetchers and the way ISR changes reach the controller.
+    replication: std::sync::OnceLock<Replication>,
+    /// The (leader, leader epoch) each followed partition is fetched from, so an unchanged
+    /// image does not restart a fetch.
+    followed: parking_lot::Mutex<HashMap<TopicPartition, (i32, i32)>>,
+}
+
+pub struct Replication {
+    pub fetchers: FetcherManager,
+    pub alter_partition: Arc<dyn AlterPartitionSender>,
 }
 
 impl ReplicaManager {
@@ -56,7 +67,18 @@ impl ReplicaManager {
             recovery_points,
             log_start_offsets,
             high_watermarks,
+            replication: std::sync::OnceLock::new(),
+            followed: parking_lot::Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Turns on replication (cluster mode), before the first image is applied.
+    pub fn enable_replication(&self, replication: Replication) {
+        let _ = self.replication.set(replication);
+    }
+
+    pub fn replication(&self) -> Option<&Replication> {
+        self.replication.get()
     }
 
     pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
@@ -96,6 +118,14 @@ impl ReplicaManager {
                 .collect();
             keys.iter().filter_map(|k| parts.remove(k)).collect()
         };
+        if let Some(r) = self.replication.get() {
+            let keys: Vec<TopicPartition> = stale.iter().map(|p| (p.topic.clone(), p.index)).collect();
+            r.fetchers.remove_partitions(&keys);
+            let mut followed = self.followed.lock();
+            for k in &keys {
+                followed.remove(k);
+            }
+        }
         for p in stale {
             tracing::info!(topic = %p.topic, partition = p.index, "deleting partition log");
             let dir = self.partition_dir(&p.topic, p.index);
@@ -121,7 +151,58 @@ impl ReplicaManager {
                     }
                 },
             };
-            part.update_registration(reg.leader, reg.leader_epoch, reg.isr.clone());
+            part.set_min_insync_replicas(min_insync_replicas(configs, self.config.min_insync_replicas));
+            part.set_replica_lag_time_max_ms(self.config.replica_lag_time_max_ms);
+            if let Some(r) = self.replication.get() {
+                part.set_alter_partition_sender(r.alter_partition.clone());
+            }
+            part.apply_leader_and_isr(&LeaderAndIsr {
+                leader: reg.leader,
+                leader_epoch: reg.leader_epoch,
+                partition_epoch: reg.partition_epoch,
+                replicas: reg.replicas.clone(),
+                isr: reg.isr.clone(),
+            });
+            self.update_fetcher(image, &part, reg.leader, reg.leader_epoch);
+        }
+    }
+
+    /// Follows the partition's leader, or stops following when this broker leads it or it has
+    /// no reachable leader.
+    fn update_fetcher(&self, image: &MetadataImage, part: &Arc<Partition>, leader: i32, epoch: i32) {
+        let Some(r) = self.replication.get() else {
+            return;
+        };
+        let key = (part.topic.clone(), part.index);
+        let leader_addr = image
+            .brokers
+            .get(&leader)
+            .filter(|b| leader != self.config.node_id && !b.fenced)
+            .map(|b| format!("{}:{}", b.host, b.port));
+        let mut followed = self.followed.lock();
+        match leader_addr {
+            Some(addr) => {
+                if followed.get(&key) != Some(&(leader, epoch)) {
+                    r.fetchers.add_partitions(leader, &addr, vec![(part.clone(), epoch)]);
+                    followed.insert(key, (leader, epoch));
+                }
+            }
+            None => {
+                if followed.remove(&key).is_some() {
+                    r.fetchers.remove_partitions(&[key]);
+                }
+            }
+        }
+    }
+
+    /// ISR shrink pass (every `replica.lag.time.max.ms / 2`).
+    pub fn maybe_shrink_isr(&self, now_ms: i64) {
+        for p in self.all() {
+            if p.is_leader() {
+                if let Some(proposal) = p.maybe_shrink_isr(now_ms) {
+                    tracing::info!(topic = %p.topic, partition = p.index, isr = ?proposal.new_isr, "shrinking ISR");
+                }
+            }
         }
     }
 

@@ -20,7 +20,8 @@ use uuid::Uuid;
 use crate::config::{parse_properties, BrokerConfig};
 use crate::controller_channel::ControllerChannel;
 use crate::producer_ids::ProducerIdManager;
-use crate::replica_manager::ReplicaManager;
+use crate::replica_manager::{ReplicaManager, Replication};
+use crate::replication::{AlterPartitionProposal, AlterPartitionSender, FetcherConfig, FetcherManager};
 
 #[derive(Debug, Error)]
 pub enum ServerError {
@@ -136,6 +137,13 @@ impl Server {
         });
         let replica_manager = Arc::new(ReplicaManager::new(config.clone())?);
         let metadata = Arc::new(RwLock::new(controller.image()));
+        let channel = Arc::new(ControllerChannel::new(config.node_id, controller.clone(), metadata.clone()));
+        if config.controller_quorum.is_some() {
+            replica_manager.enable_replication(Replication {
+                fetchers: FetcherManager::new(FetcherConfig::from_props(config.node_id, &config.props)),
+                alter_partition: alter_partition_sender(channel.clone(), Arc::downgrade(&replica_manager)),
+            });
+        }
         {
             let rm = replica_manager.clone();
             let md = metadata.clone();
@@ -144,7 +152,6 @@ impl Server {
                 *md.write() = image.clone();
             }));
         }
-        let channel = Arc::new(ControllerChannel::new(config.node_id, controller.clone(), metadata.clone()));
         if config.controller_quorum.is_none() {
             // Only a complete image may judge a log stray; a quorum member's image is complete
             // only once it has caught up, so there this is left to a later version.
@@ -190,6 +197,12 @@ impl Server {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let chores = tokio::spawn(background_chores(self.broker.clone(), stop_rx.clone()));
+        let cluster = self
+            .broker
+            .config
+            .controller_quorum
+            .is_some()
+            .then(|| tokio::spawn(cluster_chores(self.broker.clone(), stop_rx.clone())));
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -214,6 +227,12 @@ impl Server {
         let _ = stop_tx.send(true);
         drop(self.listener);
         let _ = chores.await;
+        if let Some(c) = cluster {
+            let _ = c.await;
+        }
+        if let Some(r) = self.broker.replica_manager.replication() {
+            r.fetchers.shutdown().await;
+        }
         // Connections finish the request they are in; give them a moment before closing logs.
         tokio::time::sleep(Duration::from_millis(100)).await;
         self.broker.replica_manager.shutdown()?;
@@ -243,6 +262,49 @@ async fn register_until_done(channel: Arc<ControllerChannel>, controller: Arc<Qu
     }
 }
 
+/// ISR changes go to the active controller; a refusal lets the leader propose again.
+fn alter_partition_sender(
+    channel: Arc<ControllerChannel>,
+    replica_manager: std::sync::Weak<ReplicaManager>,
+) -> Arc<dyn AlterPartitionSender> {
+    Arc::new(move |proposal: AlterPartitionProposal| {
+        let channel = channel.clone();
+        let rm = replica_manager.clone();
+        tokio::spawn(async move {
+            if let Err(e) = channel.alter_partition(&proposal).await {
+                tracing::info!(topic = %proposal.topic, partition = proposal.partition, error = %e, "AlterPartition refused");
+                if let Some(p) = rm.upgrade().and_then(|rm| rm.get(&proposal.topic, proposal.partition)) {
+                    p.alter_partition_failed(proposal.partition_epoch);
+                }
+            }
+        });
+    })
+}
+
+/// Cluster mode: heartbeats to the active controller, and, on the active controller, fencing
+/// of brokers whose session expired.
+async fn cluster_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let cfg = broker.config.clone();
+    let mut heartbeat = tokio::time::interval(Duration::from_millis(cfg.broker_heartbeat_interval_ms.max(10)));
+    let mut fence = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = heartbeat.tick() => {
+                if let Err(e) = broker.channel.heartbeat(crate::monotonic_ms(), cfg.unclean_leader_election_enable).await {
+                    tracing::debug!(error = %e, "heartbeat failed");
+                }
+            }
+            _ = fence.tick() => {
+                broker
+                    .controller
+                    .fence_stale_brokers(crate::monotonic_ms(), cfg.broker_session_timeout_ms, cfg.unclean_leader_election_enable)
+                    .await;
+            }
+        }
+    }
+}
+
 async fn background_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     let cfg = broker.config.clone();
     let mut retention = tokio::time::interval(Duration::from_millis(
@@ -250,6 +312,8 @@ async fn background_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>)
     ));
     let mut checkpoint =
         tokio::time::interval(Duration::from_millis(cfg.checkpoint_interval_ms.max(1)));
+    let mut isr_shrink = tokio::time::interval(Duration::from_millis((cfg.replica_lag_time_max_ms / 2).max(1) as u64));
+    isr_shrink.tick().await;
     let mut expiration = tokio::time::interval(Duration::from_millis(
         cfg.producer_id_expiration_check_interval_ms.max(1),
     ));
@@ -263,6 +327,7 @@ async fn background_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>)
                 let rm = broker.replica_manager.clone();
                 let _ = tokio::task::spawn_blocking(move || rm.delete_old_segments(crate::now_ms())).await;
             }
+            _ = isr_shrink.tick() => broker.replica_manager.maybe_shrink_isr(crate::now_ms()),
             _ = expiration.tick() => {
                 let rm = broker.replica_manager.clone();
                 let _ = tokio::task::spawn_blocking(move || rm.remove_expired_producers(crate::now_ms())).await;

@@ -12,6 +12,7 @@ use thiserror::Error;
 use uuid::Uuid;
 
 use crate::image::MetadataImage;
+use crate::cluster_control::BrokerHeartbeatManager;
 use crate::log::MetadataLog;
 use crate::state::{MetadataState, RaftStateMachine};
 use strom_raft::{MetadataQuorum, QuorumConfig, QuorumError};
@@ -42,6 +43,9 @@ pub enum ControllerError {
     UnknownTopicId,
     #[error("metadata log I/O error: {0}")]
     Io(String),
+    /// A Kafka error decided by the cluster-control rules (AlterPartition and the like).
+    #[error("{message}")]
+    Code { code: i16, message: String },
     /// This node is not the active controller; `leader` is, if known.
     #[error("This is not the correct controller for this cluster.")]
     NotController { leader: Option<i32> },
@@ -62,6 +66,7 @@ impl ControllerError {
             Self::UnknownTopicId => 100,
             Self::Io(_) => -1,
             Self::NotController { .. } => 41,
+            Self::Code { code, .. } => *code,
         }
     }
 }
@@ -146,6 +151,9 @@ pub struct QuorumController {
     /// against the image its records will apply to (Kafka's single-threaded controller).
     op_lock: tokio::sync::Mutex<()>,
     defaults: TopicDefaults,
+    /// Last contact per broker; only meaningful on the active controller, so it is reset
+    /// (every broker gets a fresh session) whenever this node becomes active.
+    heartbeats: Mutex<(bool, BrokerHeartbeatManager)>,
 }
 
 impl QuorumController {
@@ -165,6 +173,7 @@ impl QuorumController {
             state,
             op_lock: tokio::sync::Mutex::new(()),
             defaults,
+            heartbeats: Mutex::new((false, BrokerHeartbeatManager::new())),
         })
     }
 
@@ -181,6 +190,7 @@ impl QuorumController {
             state,
             op_lock: tokio::sync::Mutex::new(()),
             defaults,
+            heartbeats: Mutex::new((false, BrokerHeartbeatManager::new())),
         })
     }
 
@@ -263,6 +273,97 @@ impl QuorumController {
                     }),
                     Err(e) => Err(ControllerError::Io(e.to_string())),
                 }
+            }
+        }
+    }
+
+    /// AlterPartition from a partition leader: an ISR change checked against the partition and
+    /// leader epochs (Kafka's `ReplicationControlManager.alterPartition`).
+    pub async fn alter_partition(
+        &self,
+        broker_id: i32,
+        topic_id: Uuid,
+        partition: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        new_isr: Vec<i32>,
+    ) -> Result<(), ControllerError> {
+        let _op = self.op_lock.lock().await;
+        self.check_active()?;
+        let image = self.image();
+        let records = crate::partition_change::alter_partition(
+            &image,
+            broker_id,
+            topic_id,
+            partition,
+            leader_epoch,
+            partition_epoch,
+            new_isr,
+        )
+        .map_err(|e| ControllerError::Code {
+            code: e.code(),
+            message: e.to_string(),
+        })?;
+        self.commit(records).await
+    }
+
+    /// A broker's heartbeat: its session is renewed, and a fenced broker is unfenced (its
+    /// leaderless partitions get leaders again).
+    pub async fn heartbeat(&self, broker_id: i32, now_ms: u64, unclean_default: bool) -> Result<bool, ControllerError> {
+        self.check_active()?;
+        self.touch_heartbeat(broker_id, now_ms);
+        let image = self.image();
+        match image.brokers.get(&broker_id) {
+            None => Err(ControllerError::Code {
+                code: 77,
+                message: format!("No broker registration found for broker id {broker_id}"),
+            }),
+            Some(b) if b.fenced => {
+                let _op = self.op_lock.lock().await;
+                let image = self.image();
+                let unclean = |t: &str| crate::cluster_control::unclean_election_enabled(&image, t, unclean_default);
+                let records = crate::cluster_control::unfence_broker(&image, broker_id, unclean);
+                self.commit(records).await?;
+                tracing::info!(broker_id, "broker unfenced");
+                Ok(false)
+            }
+            Some(_) => Ok(false),
+        }
+    }
+
+    fn touch_heartbeat(&self, broker_id: i32, now_ms: u64) {
+        let mut hb = self.heartbeats.lock();
+        if !hb.0 {
+            hb.1 = BrokerHeartbeatManager::activate(&self.image(), now_ms);
+            hb.0 = true;
+        }
+        hb.1.touch(broker_id, now_ms);
+    }
+
+    /// Run periodically on every node: on the active controller, fences brokers whose session
+    /// expired and moves their leaderships (Kafka's `maybeFenceStaleBroker`). A node that just
+    /// became active gives every broker a fresh session first.
+    pub async fn fence_stale_brokers(&self, now_ms: u64, session_timeout_ms: u64, unclean_default: bool) {
+        if !self.is_active() {
+            self.heartbeats.lock().0 = false;
+            return;
+        }
+        let stale = {
+            let mut hb = self.heartbeats.lock();
+            if !hb.0 {
+                hb.1 = BrokerHeartbeatManager::activate(&self.image(), now_ms);
+                hb.0 = true;
+            }
+            hb.1.brokers_to_fence(&self.image(), now_ms, session_timeout_ms)
+        };
+        for broker in stale {
+            let _op = self.op_lock.lock().await;
+            let image = self.image();
+            let unclean = |t: &str| crate::cluster_control::unclean_election_enabled(&image, t, unclean_default);
+            let records = crate::cluster_control::fence_broker(&image, broker, unclean);
+            match self.commit(records).await {
+                Ok(()) => tracing::warn!(broker, "broker fenced: no heartbeat within the session timeout"),
+                Err(e) => tracing::warn!(broker, error = %e, "fencing failed"),
             }
         }
     }
@@ -418,7 +519,6 @@ impl QuorumController {
             }
             validate_assignment(&spec.assignments, 0, &brokers)?
         };
-        check_replication_supported(&assignment)?;
         let topic_id = Uuid::new_v4();
         let mut records = vec![MetadataRecord::Topic {
             name: name.clone(),
@@ -546,7 +646,6 @@ impl QuorumController {
                 assign_replicas(new, rf, &racks, None, current)
             }
         };
-        check_replication_supported(&plan)?;
         if validate_only {
             return Ok(());
         }
@@ -673,17 +772,6 @@ impl QuorumController {
             })
             .collect();
         self.commit(records).await
-    }
-}
-
-/// Partitions with more than one replica need the ISR replication of the broker, which is not
-/// built yet: refuse them rather than create replicas that would silently never be filled.
-fn check_replication_supported(assignment: &[Vec<i32>]) -> Result<(), ControllerError> {
-    match assignment.iter().map(Vec::len).max() {
-        Some(rf) if rf > 1 => Err(ControllerError::InvalidReplicationFactor(format!(
-            "Replication factor {rf} is not supported yet: this build of Strom does not replicate partitions (use 1)."
-        ))),
-        _ => Ok(()),
     }
 }
 

@@ -13,6 +13,14 @@ pub struct BrokerInfo {
     pub host: String,
     pub port: i32,
     pub rack: Option<String>,
+    /// A fenced broker leads no partition and may not join an ISR. A broker's first
+    /// registration starts unfenced (so the single-node cluster works without heartbeats;
+    /// Kafka registers brokers fenced and unfences them on their first caught-up heartbeat);
+    /// a re-registration keeps the current flags. Changed by `BrokerRegistrationChange`.
+    pub fenced: bool,
+    /// The broker asked for a controlled shutdown: it stays a replica but no longer leads or
+    /// joins an ISR.
+    pub in_controlled_shutdown: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +63,10 @@ impl MetadataImage {
                 port,
                 rack,
             } => {
+                let (fenced, in_controlled_shutdown) = self
+                    .brokers
+                    .get(node_id)
+                    .map_or((false, false), |b| (b.fenced, b.in_controlled_shutdown));
                 self.brokers.insert(
                     *node_id,
                     BrokerInfo {
@@ -62,8 +74,50 @@ impl MetadataImage {
                         host: host.clone(),
                         port: *port,
                         rack: rack.clone(),
+                        fenced,
+                        in_controlled_shutdown,
                     },
                 );
+            }
+            MetadataRecord::BrokerRegistrationChange {
+                broker_id,
+                fenced,
+                in_controlled_shutdown,
+            } => {
+                if let Some(b) = self.brokers.get_mut(broker_id) {
+                    if let Some(f) = fenced {
+                        b.fenced = *f;
+                    }
+                    if let Some(c) = in_controlled_shutdown {
+                        b.in_controlled_shutdown = *c;
+                    }
+                }
+            }
+            MetadataRecord::PartitionChange {
+                topic_id,
+                partition,
+                leader,
+                isr,
+                replicas,
+            } => {
+                // PartitionRegistration.merge: the partition epoch moves on every change, the
+                // leader epoch whenever the record sets a leader.
+                if let Some(p) = self
+                    .topic_by_id_mut(topic_id)
+                    .and_then(|t| t.partitions.get_mut(partition))
+                {
+                    if let Some(r) = replicas {
+                        p.replicas = r.clone();
+                    }
+                    if let Some(i) = isr {
+                        p.isr = i.clone();
+                    }
+                    if let Some(l) = leader {
+                        p.leader = *l;
+                        p.leader_epoch += 1;
+                    }
+                    p.partition_epoch += 1;
+                }
             }
             MetadataRecord::Topic { name, topic_id } => {
                 self.topic_names_by_id.insert(*topic_id, name.clone());
@@ -125,6 +179,14 @@ impl MetadataImage {
         self.topics.get_mut(name)
     }
 
+    /// Kafka's `ClusterControlManager.isActive`: registered, unfenced and not in controlled
+    /// shutdown — the brokers that may lead a partition or join an ISR.
+    pub fn broker_is_active(&self, id: i32) -> bool {
+        self.brokers
+            .get(&id)
+            .is_some_and(|b| !b.fenced && !b.in_controlled_shutdown)
+    }
+
     pub fn topic(&self, name: &str) -> Option<&TopicImage> {
         self.topics.get(name)
     }
@@ -179,5 +241,181 @@ mod tests {
         img.replay(&MetadataRecord::RemoveTopic { topic_id: id });
         assert!(img.topic("t").is_none());
         assert_eq!(img.offset, 5);
+    }
+
+    fn register(img: &mut MetadataImage, id: i32, host: &str) {
+        img.replay(&MetadataRecord::RegisterBroker {
+            node_id: id,
+            host: host.into(),
+            port: 9092,
+            rack: None,
+        });
+    }
+
+    #[test]
+    fn broker_registration_change_fences_and_unfences() {
+        let mut img = MetadataImage::default();
+        register(&mut img, 1, "a");
+        assert!(
+            !img.brokers[&1].fenced,
+            "first registration starts unfenced"
+        );
+        assert!(img.broker_is_active(1));
+        assert!(
+            !img.broker_is_active(2),
+            "unregistered brokers are not active"
+        );
+        img.replay(&MetadataRecord::BrokerRegistrationChange {
+            broker_id: 1,
+            fenced: Some(true),
+            in_controlled_shutdown: None,
+        });
+        assert!(img.brokers[&1].fenced);
+        assert!(!img.broker_is_active(1));
+        // Re-registering (new endpoint) keeps the flags.
+        register(&mut img, 1, "b");
+        assert!(img.brokers[&1].fenced);
+        assert_eq!(img.brokers[&1].host, "b");
+        img.replay(&MetadataRecord::BrokerRegistrationChange {
+            broker_id: 1,
+            fenced: Some(false),
+            in_controlled_shutdown: Some(true),
+        });
+        assert!(!img.brokers[&1].fenced);
+        assert!(img.brokers[&1].in_controlled_shutdown);
+        assert!(
+            !img.broker_is_active(1),
+            "controlled shutdown is not active"
+        );
+        img.replay(&MetadataRecord::BrokerRegistrationChange {
+            broker_id: 1,
+            fenced: None,
+            in_controlled_shutdown: Some(false),
+        });
+        assert!(img.broker_is_active(1));
+        // Unknown broker: ignored.
+        img.replay(&MetadataRecord::BrokerRegistrationChange {
+            broker_id: 9,
+            fenced: Some(true),
+            in_controlled_shutdown: None,
+        });
+        assert!(!img.brokers.contains_key(&9));
+    }
+
+    #[test]
+    fn partition_change_bumps_epochs_like_kafka_merge() {
+        let id = Uuid::new_v4();
+        let mut img = MetadataImage::default();
+        img.replay(&MetadataRecord::Topic {
+            name: "t".into(),
+            topic_id: id,
+        });
+        img.replay(&MetadataRecord::Partition {
+            topic_id: id,
+            partition: 0,
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2, 3],
+            leader: 1,
+            leader_epoch: 4,
+            partition_epoch: 7,
+        });
+        let part = |img: &MetadataImage| img.topic("t").unwrap().partitions[&0].clone();
+        // ISR-only change (shrink or expand): partition epoch only (KAFKA-15021, MV >= 3.6).
+        img.replay(&MetadataRecord::PartitionChange {
+            topic_id: id,
+            partition: 0,
+            leader: None,
+            isr: Some(vec![1, 2]),
+            replicas: None,
+        });
+        let p = part(&img);
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (1, 4, 8));
+        assert_eq!(p.isr, vec![1, 2]);
+        // Leader change: both epochs.
+        img.replay(&MetadataRecord::PartitionChange {
+            topic_id: id,
+            partition: 0,
+            leader: Some(2),
+            isr: Some(vec![2]),
+            replicas: None,
+        });
+        let p = part(&img);
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (2, 5, 9));
+        assert_eq!(p.isr, vec![2]);
+        // Same leader set explicitly: still a leader-epoch bump.
+        img.replay(&MetadataRecord::PartitionChange {
+            topic_id: id,
+            partition: 0,
+            leader: Some(2),
+            isr: None,
+            replicas: Some(vec![2, 3]),
+        });
+        let p = part(&img);
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (2, 6, 10));
+        assert_eq!(p.replicas, vec![2, 3]);
+        // Leaderless.
+        img.replay(&MetadataRecord::PartitionChange {
+            topic_id: id,
+            partition: 0,
+            leader: Some(-1),
+            isr: None,
+            replicas: None,
+        });
+        let p = part(&img);
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (-1, 7, 11));
+        // Unknown partition / topic: ignored, offset still advances.
+        let before = img.offset;
+        img.replay(&MetadataRecord::PartitionChange {
+            topic_id: id,
+            partition: 5,
+            leader: Some(1),
+            isr: None,
+            replicas: None,
+        });
+        img.replay(&MetadataRecord::PartitionChange {
+            topic_id: Uuid::new_v4(),
+            partition: 0,
+            leader: Some(1),
+            isr: None,
+            replicas: None,
+        });
+        assert_eq!(img.offset, before + 2);
+        assert_eq!(part(&img), p);
+    }
+
+    #[test]
+    fn new_records_round_trip_json_and_old_fields_default() {
+        let recs = [
+            MetadataRecord::BrokerRegistrationChange {
+                broker_id: 3,
+                fenced: Some(true),
+                in_controlled_shutdown: None,
+            },
+            MetadataRecord::PartitionChange {
+                topic_id: Uuid::nil(),
+                partition: 2,
+                leader: Some(-1),
+                isr: Some(vec![1]),
+                replicas: None,
+            },
+        ];
+        for r in &recs {
+            let j = serde_json::to_string(r).unwrap();
+            assert_eq!(&serde_json::from_str::<MetadataRecord>(&j).unwrap(), r);
+        }
+        let sparse: MetadataRecord = serde_json::from_str(
+            r#"{"type":"PartitionChange","topic_id":"00000000-0000-0000-0000-000000000000","partition":1}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            sparse,
+            MetadataRecord::PartitionChange {
+                topic_id: Uuid::nil(),
+                partition: 1,
+                leader: None,
+                isr: None,
+                replicas: None
+            }
+        );
     }
 }

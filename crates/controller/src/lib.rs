@@ -28,3 +28,5 @@ pub use controller::{
 pub use image::{BrokerInfo, MetadataImage, PartitionRegistration, TopicImage};
 pub use log::MetadataLog;
 pub use record::MetadataRecord;
+pub mod cluster_control;
+pub mod partition_change;

@@ -39,4 +39,28 @@ pub enum MetadataRecord {
         broker_id: i32,
         next_producer_id: i64,
     },
+    /// A registered broker's state changes (BrokerRegistrationChangeRecord): `Some(true)` /
+    /// `Some(false)` fence / unfence it, or move it into / out of controlled shutdown; `None`
+    /// leaves that flag as it is.
+    BrokerRegistrationChange {
+        broker_id: i32,
+        #[serde(default)]
+        fenced: Option<bool>,
+        #[serde(default)]
+        in_controlled_shutdown: Option<bool>,
+    },
+    /// A change to an existing partition (PartitionChangeRecord); `None` fields are unchanged.
+    /// Replay always bumps the partition epoch by one, and the leader epoch by one whenever
+    /// `leader` is `Some` (even when it names the current leader, which is how Kafka forces a
+    /// leader-epoch bump). `Some(-1)` means "no leader".
+    PartitionChange {
+        topic_id: Uuid,
+        partition: i32,
+        #[serde(default)]
+        leader: Option<i32>,
+        #[serde(default)]
+        isr: Option<Vec<i32>>,
+        #[serde(default)]
+        replicas: Option<Vec<i32>>,
+    },
 }

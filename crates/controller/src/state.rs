@@ -67,6 +67,13 @@ pub fn image_to_records(image: &MetadataImage) -> Vec<MetadataRecord> {
             port: b.port,
             rack: b.rack.clone(),
         });
+        if b.fenced || b.in_controlled_shutdown {
+            out.push(MetadataRecord::BrokerRegistrationChange {
+                broker_id: b.node_id,
+                fenced: Some(b.fenced),
+                in_controlled_shutdown: Some(b.in_controlled_shutdown),
+            });
+        }
     }
     for t in image.topics.values() {
         out.push(MetadataRecord::Topic {

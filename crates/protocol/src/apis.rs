@@ -28,6 +28,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
 pub const INTERNAL: &[(ApiKey, i16, i16)] = &[
     (ApiKey::BrokerRegistration, 0, 4),
     (ApiKey::AllocateProducerIds, 0, 0),
+    (ApiKey::AlterPartition, 2, 3),
+    (ApiKey::BrokerHeartbeat, 0, 1),
 ];
 
 /// True when `version` of `api_key` is accepted, advertised or internal.

@@ -792,6 +792,35 @@ impl UnifiedLog {
         self.load_producer_state()
     }
 
+    /// Deletes every segment and restarts the log, empty, at `offset` (Kafka's
+    /// `truncateFullyAndStartAt`): a follower whose log end is below the leader's log start, or
+    /// a follower append whose first batch starts below an empty log's start. Epochs and
+    /// producer state go with the data.
+    pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), StorageError> {
+        if offset < 0 {
+            return Err(StorageError::OffsetOutOfRange {
+                requested: offset,
+                log_start: self.log_start_offset,
+                log_end: self.log_end_offset,
+            });
+        }
+        // Old files go first: a segment at the same base offset would share their names.
+        let old = std::mem::take(&mut self.segments);
+        for (_, seg) in old {
+            seg.delete_files()?;
+        }
+        let seg = LogSegment::create(&self.dir, offset, &self.config, crate::segment::now_ms())?;
+        self.segments.insert(offset, seg);
+        self.log_start_offset = offset;
+        self.log_end_offset = offset;
+        self.recovery_point = offset;
+        self.dir_dirty = true;
+        self.leader_epoch_cache.clear();
+        self.leader_epoch_cache.flush()?;
+        self.producer_state.delete_snapshots_before(i64::MAX)?;
+        self.load_producer_state()
+    }
+
     /// Makes the epoch cache agree with the recovered log: entries past the log end go (a cut
     /// tail), and a missing checkpoint is rebuilt from the batch headers.
     fn load_leader_epochs(&mut self, found: bool) -> Result<(), StorageError> {

@@ -53,7 +53,14 @@ fn read_all(
     let mut min_one_message = true;
     let mut total = 0usize;
     let mut errors = false;
-    let is_replica = req.replica_id.0 >= 0 || req.replica_state.replica_id.0 >= 0;
+    // Fetch v15+ names the follower in replica_state, earlier versions in replica_id.
+    let replica_id = if req.replica_state.replica_id.0 >= 0 {
+        req.replica_state.replica_id.0
+    } else {
+        req.replica_id.0
+    };
+    let is_replica = replica_id >= 0;
+    let now = crate::now_ms();
     let mut topics = Vec::with_capacity(req.topics.len());
     for topic in &req.topics {
         let name: Option<String> = if version >= 13 {
@@ -106,8 +113,48 @@ fn read_all(
             let hw = partition.high_watermark();
             data.high_watermark = hw;
             data.last_stable_offset = hw;
+            // The LEO before the read: appends after it must not keep a follower out of sync.
+            let leader_leo = partition.log_end_offset();
+            if version >= 12 && fp.last_fetched_epoch >= 0 {
+                // KIP-320: the fetcher's last epoch must end at or after its fetch offset here,
+                // else it holds a divergent tail; tell it where that epoch ends instead of data.
+                let (epoch, end) = partition.end_offset_for_epoch(fp.last_fetched_epoch);
+                if epoch < 0 || end < 0 || fp.fetch_offset < partition.log_start_offset() {
+                    errors = true;
+                    data.log_start_offset = partition.log_start_offset();
+                    partitions.push(data.with_error_code(ErrorCode::OffsetOutOfRange.code()));
+                    continue;
+                }
+                if epoch < fp.last_fetched_epoch || end < fp.fetch_offset {
+                    errors = true;
+                    data.log_start_offset = partition.log_start_offset();
+                    data.diverging_epoch.epoch = epoch;
+                    data.diverging_epoch.end_offset = end;
+                    partitions.push(data);
+                    continue;
+                }
+            }
+            if is_replica && !partition.is_known_replica(replica_id) {
+                errors = true;
+                let code = if version >= 9 && fp.current_leader_epoch >= 0 {
+                    ErrorCode::UnknownLeaderEpoch
+                } else {
+                    ErrorCode::NotLeaderOrFollower
+                };
+                partitions.push(data.with_error_code(code.code()));
+                continue;
+            }
             match partition.read(fp.fetch_offset, limit, min_one_message, !is_replica) {
                 Ok(info) => {
+                    if is_replica {
+                        partition.update_follower_fetch_state(
+                            replica_id,
+                            fp.fetch_offset,
+                            fp.log_start_offset,
+                            now,
+                            leader_leo,
+                        );
+                    }
                     data.log_start_offset = info.log_start_offset;
                     let n = info.records.len();
                     if n > 0 {

@@ -4,9 +4,13 @@
 use std::sync::Arc;
 
 use strom_controller::ControllerError;
+use strom_protocol::kafka::messages::alter_partition_response::{
+    PartitionData as AlterPartitionData, TopicData as AlterTopicData,
+};
 use strom_protocol::kafka::messages::{
-    AllocateProducerIdsRequest, AllocateProducerIdsResponse, BrokerRegistrationRequest,
-    BrokerRegistrationResponse, ProducerId,
+    AllocateProducerIdsRequest, AllocateProducerIdsResponse, AlterPartitionRequest,
+    AlterPartitionResponse, BrokerHeartbeatRequest, BrokerHeartbeatResponse,
+    BrokerRegistrationRequest, BrokerRegistrationResponse, ProducerId,
 };
 
 use crate::server::Broker;
@@ -42,5 +46,54 @@ pub async fn allocate_producer_ids(broker: &Arc<Broker>, req: AllocateProducerId
         Err(e) => AllocateProducerIdsResponse::default()
             .with_error_code(e.code())
             .with_producer_id_start(ProducerId(-1)),
+    }
+}
+
+pub async fn alter_partition(broker: &Arc<Broker>, req: AlterPartitionRequest, version: i16) -> AlterPartitionResponse {
+    let mut topics = Vec::new();
+    for t in req.topics {
+        let mut partitions = Vec::new();
+        for p in t.partitions {
+            let isr: Vec<i32> = if version >= 3 {
+                p.new_isr_with_epochs.iter().map(|b| b.broker_id.0).collect()
+            } else {
+                p.new_isr.iter().map(|b| b.0).collect()
+            };
+            let r = broker
+                .controller
+                .alter_partition(req.broker_id.0, t.topic_id, p.partition_index, p.leader_epoch, p.partition_epoch, isr)
+                .await;
+            let mut out = AlterPartitionData::default().with_partition_index(p.partition_index);
+            match r {
+                Ok(()) => {
+                    let image = broker.image();
+                    if let Some(reg) = image.topic_by_id(&t.topic_id).and_then(|tp| tp.partitions.get(&p.partition_index)) {
+                        out = out
+                            .with_leader_id(reg.leader.into())
+                            .with_leader_epoch(reg.leader_epoch)
+                            .with_partition_epoch(reg.partition_epoch)
+                            .with_isr(reg.isr.iter().map(|&b| b.into()).collect());
+                    }
+                }
+                Err(e) => out = out.with_error_code(e.code()),
+            }
+            partitions.push(out);
+        }
+        topics.push(AlterTopicData::default().with_topic_id(t.topic_id).with_partitions(partitions));
+    }
+    AlterPartitionResponse::default().with_topics(topics)
+}
+
+pub async fn broker_heartbeat(broker: &Arc<Broker>, req: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse {
+    let now = crate::monotonic_ms();
+    match broker
+        .controller
+        .heartbeat(req.broker_id.0, now, broker.config.unclean_leader_election_enable)
+        .await
+    {
+        Ok(fenced) => BrokerHeartbeatResponse::default()
+            .with_is_caught_up(true)
+            .with_is_fenced(fenced),
+        Err(e) => BrokerHeartbeatResponse::default().with_error_code(e.code()),
     }
 }

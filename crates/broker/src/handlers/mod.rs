@@ -175,6 +175,14 @@ pub async fn handle(
             let resp = internal::allocate_producer_ids(broker, body!(AllocateProducerIdsRequest)).await;
             encode(api_key, version, corr, &resp)
         }
+        ApiKey::AlterPartition => {
+            let resp = internal::alter_partition(broker, body!(AlterPartitionRequest), version).await;
+            encode(api_key, version, corr, &resp)
+        }
+        ApiKey::BrokerHeartbeat => {
+            let resp = internal::broker_heartbeat(broker, body!(BrokerHeartbeatRequest)).await;
+            encode(api_key, version, corr, &resp)
+        }
         ApiKey::DescribeCluster => {
             let resp = describe_cluster::handle(broker, body!(DescribeClusterRequest));
             encode(api_key, version, corr, &resp)

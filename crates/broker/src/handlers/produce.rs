@@ -1,7 +1,11 @@
 //! Produce: validate the request shape, then append each partition's batch as leader. The batch
-//! stays bytes: only its header is read here and in storage.
+//! stays bytes: only its header is read here and in storage. With acks=all the response waits
+//! until each partition's HW covers its append ([`handle_async`]; see
+//! [`crate::replication::delayed_produce`]); `min.insync.replicas` is checked before the append
+//! (NOT_ENOUGH_REPLICAS) and at completion (NOT_ENOUGH_REPLICAS_AFTER_APPEND), as in Kafka.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use strom_controller::CreateTopicSpec;
 use strom_protocol::batch::{BatchError, BatchIter};
@@ -13,12 +17,19 @@ use strom_protocol::ErrorCode;
 use strom_storage::AppendOrigin;
 
 use super::str_bytes;
+use crate::partition::Partition;
+use crate::replication::{wait_for_acks, AckResult};
 use crate::server::Broker;
 
+/// An acks=all append waiting for the HW: (topic index, partition index) in the response, the
+/// partition and the offset the HW must reach.
+type PendingAck = (usize, usize, Arc<Partition>, i64);
+
+/// Produce; with acks=all the response waits (at most the request's `timeout_ms`) until each
+/// partition's HW passes its append, woken by follower fetches (Kafka's `DelayedProduce`).
 pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> ProduceResponse {
-    let acks_ok = matches!(req.acks, -1..=1);
-    let mut image = broker.image();
-    if acks_ok && broker.config.auto_create_topics_enable {
+    if matches!(req.acks, -1..=1) && broker.config.auto_create_topics_enable {
+        let image = broker.image();
         let missing: Vec<CreateTopicSpec> = req
             .topic_data
             .iter()
@@ -32,19 +43,44 @@ pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
             .collect();
         if !missing.is_empty() {
             broker.create_topics(&missing).await;
-            image = broker.image();
         }
     }
+    let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
+    let (mut resp, pending) = append_all(broker, req, version);
+    if pending.is_empty() {
+        return resp;
+    }
+    let waits: Vec<(Arc<Partition>, i64)> =
+        pending.iter().map(|(_, _, p, r)| (p.clone(), *r)).collect();
+    let results = wait_for_acks(&waits, timeout).await;
+    for ((t, p, _, _), result) in pending.iter().zip(results) {
+        if let AckResult::Error(code) = result {
+            resp.responses[*t].partition_responses[*p].error_code = code.code();
+        }
+    }
+    resp
+}
+
+fn append_all(
+    broker: &Arc<Broker>,
+    req: ProduceRequest,
+    version: i16,
+) -> (ProduceResponse, Vec<PendingAck>) {
+    let acks_all = req.acks == -1;
+    let mut pending: Vec<PendingAck> = Vec::new();
+    let acks_ok = matches!(req.acks, -1..=1);
     let now = crate::now_ms();
     let responses = req
         .topic_data
         .into_iter()
-        .map(|topic| {
+        .enumerate()
+        .map(|(ti, topic)| {
             let name = topic.name.0.to_string();
             let partition_responses = topic
                 .partition_data
                 .into_iter()
-                .map(|pd| {
+                .enumerate()
+                .map(|(pi, pd)| {
                     let mut resp = PartitionProduceResponse::default()
                         .with_index(pd.index)
                         .with_base_offset(-1)
@@ -54,7 +90,6 @@ pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
                         return resp.with_error_code(ErrorCode::InvalidRequiredAcks.code());
                     }
                     let Some(partition) = broker.replica_manager.get(&name, pd.index) else {
-                        let _ = &image;
                         return resp.with_error_code(ErrorCode::UnknownTopicOrPartition.code());
                     };
                     if !partition.is_leader() {
@@ -64,8 +99,18 @@ pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
                     if let Err((code, msg)) = check_one_batch(&records, version) {
                         return resp.with_error_code(code.code()).with_error_message(Some(str_bytes(&msg)));
                     }
+                    if acks_all {
+                        if let Err(msg) = partition.check_min_isr_for_acks_all() {
+                            return resp
+                                .with_error_code(ErrorCode::NotEnoughReplicas.code())
+                                .with_error_message(Some(str_bytes(&msg)));
+                        }
+                    }
                     match partition.append_records_to_leader(&records, AppendOrigin::Client, now) {
                         Ok(info) => {
+                            if acks_all {
+                                pending.push((ti, pi, partition.clone(), info.last_offset + 1));
+                            }
                             resp.base_offset = info.first_offset;
                             resp.log_append_time_ms = info.log_append_time;
                             resp.log_start_offset = info.log_start_offset;
@@ -85,7 +130,10 @@ pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
                 .with_partition_responses(partition_responses)
         })
         .collect();
-    ProduceResponse::default().with_responses(responses)
+    (
+        ProduceResponse::default().with_responses(responses),
+        pending,
+    )
 }
 
 /// Produce v3+ carries exactly one magic-2 batch per partition (Kafka's

@@ -106,7 +106,7 @@ fn progress_bar(total: u64, hidden: bool) -> ProgressBar {
     pb
 }
 
-/// How often the progress bar's position is updated (records).
+/// How often the progress bar's position is updated (records; a power of two).
 const PROGRESS_EVERY: u64 = 4096;
 
 /// A stall longer than this ends a benchmark with an error.

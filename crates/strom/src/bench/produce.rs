@@ -122,7 +122,7 @@ pub async fn run(args: ProduceBenchArgs) -> anyhow::Result<()> {
                     first_error.get_or_insert_with(|| e.to_string());
                 }
             }
-            if (acked + failed) % PROGRESS_EVERY == 0 {
+            if (acked + failed) & (PROGRESS_EVERY - 1) == 0 {
                 pb.set_position(acked + failed);
             }
             // Take whatever else has completed without yielding.
