@@ -104,7 +104,7 @@ impl Leader {
     }
 
     /// Creates `topic` (one partition) and makes its registration name the follower too.
-    fn create(&self, topic: &str, leader_epoch: i32, isr: &[i32]) -> Arc<Partition> {
+    async fn create(&self, topic: &str, leader_epoch: i32, isr: &[i32]) -> Arc<Partition> {
         self.broker.controller.create_topics(
             &[CreateTopicSpec {
                 name: topic.into(),
@@ -113,7 +113,8 @@ impl Leader {
                 ..Default::default()
             }],
             false,
-        );
+        )
+        .await;
         let p = self.broker.replica_manager.get(topic, 0).expect("hosted");
         p.apply_leader_and_isr(&LeaderAndIsr {
             leader: LEADER,
@@ -199,7 +200,7 @@ fn assert_same_up_to_hw(leader: &Partition, follower: &Partition) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follower_replicates_keeps_up_and_drives_hw_and_acks_all() {
     let leader = Leader::start().await;
-    let lp = leader.create("rep", 0, &[LEADER, FOLLOWER]);
+    let lp = leader.create("rep", 0, &[LEADER, FOLLOWER]).await;
     let now = 1_700_000_000_000;
     for i in 0..20 {
         lp.append_records_to_leader(
@@ -286,7 +287,7 @@ async fn follower_replicates_keeps_up_and_drives_hw_and_acks_all() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caught_up_follower_is_proposed_for_the_isr() {
     let leader = Leader::start().await;
-    let lp = leader.create("expand", 3, &[LEADER]);
+    let lp = leader.create("expand", 3, &[LEADER]).await;
     let proposals: Arc<Mutex<Vec<AlterPartitionProposal>>> = Arc::default();
     {
         let proposals = proposals.clone();
@@ -333,7 +334,7 @@ async fn caught_up_follower_is_proposed_for_the_isr() {
 async fn divergent_follower_truncates_and_converges() {
     let leader = Leader::start().await;
     // Epoch 2: a common prefix both replicas get.
-    let lp = leader.create("div", 2, &[LEADER, FOLLOWER]);
+    let lp = leader.create("div", 2, &[LEADER, FOLLOWER]).await;
     let now = 1_700_000_000_000;
     for i in 0..5 {
         lp.append_records_to_leader(&batch(&format!("common{i}"), 3), AppendOrigin::Client, now)
@@ -436,7 +437,7 @@ async fn divergent_follower_truncates_and_converges() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follower_behind_leader_log_start_restarts_there() {
     let leader = Leader::start().await;
-    let lp = leader.create("lso", 1, &[LEADER]);
+    let lp = leader.create("lso", 1, &[LEADER]).await;
     let now = 1_700_000_000_000;
     for i in 0..10 {
         lp.append_records_to_leader(&batch(&format!("x{i}"), 5), AppendOrigin::Client, now)
