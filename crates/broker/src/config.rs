@@ -100,8 +100,13 @@ pub fn parse_quorum_voters(s: &str) -> Result<BTreeMap<i32, SocketAddr>, ConfigE
     };
     let mut out = BTreeMap::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (id, addr) = part.split_once('@').ok_or_else(|| bad("expected ID@HOST:PORT"))?;
-        let id: i32 = id.trim().parse().map_err(|_| bad("node id is not a number"))?;
+        let (id, addr) = part
+            .split_once('@')
+            .ok_or_else(|| bad("expected ID@HOST:PORT"))?;
+        let id: i32 = id
+            .trim()
+            .parse()
+            .map_err(|_| bad("node id is not a number"))?;
         let addr = std::net::ToSocketAddrs::to_socket_addrs(addr.trim())
             .map_err(|_| bad("cannot resolve HOST:PORT"))?
             .next()

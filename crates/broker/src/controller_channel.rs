@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use parking_lot::RwLock;
-use strom_controller::{ControllerError, CreateTopicSpec, MetadataImage, ProducerIdBlock, QuorumController};
+use strom_controller::{
+    ControllerError, CreateTopicSpec, MetadataImage, ProducerIdBlock, QuorumController,
+};
 use strom_protocol::kafka::messages::broker_registration_request::Listener;
 use strom_protocol::kafka::messages::create_topics_request::CreatableTopic;
 use strom_protocol::kafka::messages::*;
@@ -37,7 +39,11 @@ fn not_controller(leader: Option<i32>) -> ControllerError {
 }
 
 impl ControllerChannel {
-    pub fn new(node_id: i32, controller: Arc<QuorumController>, metadata: Arc<RwLock<Arc<MetadataImage>>>) -> Self {
+    pub fn new(
+        node_id: i32,
+        controller: Arc<QuorumController>,
+        metadata: Arc<RwLock<Arc<MetadataImage>>>,
+    ) -> Self {
         Self {
             node_id,
             controller,
@@ -56,7 +62,10 @@ impl ControllerChannel {
         };
         let addr = {
             let image = self.metadata.read();
-            let b = image.brokers.get(&leader).ok_or_else(|| not_controller(Some(leader)))?;
+            let b = image
+                .brokers
+                .get(&leader)
+                .ok_or_else(|| not_controller(Some(leader)))?;
             format!("{}:{}", b.host, b.port)
         };
         let mut guard = self.conn.lock().await;
@@ -104,20 +113,26 @@ impl ControllerChannel {
         version: i16,
         req: &Req,
     ) -> Result<Resp, ControllerError> {
-        let corr = self.correlation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let corr = self
+            .correlation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut buf = BytesMut::new();
         let header = RequestHeader::default()
             .with_request_api_key(api as i16)
             .with_request_api_version(version)
             .with_correlation_id(corr)
-            .with_client_id(Some(StrBytes::from_string(format!("strom-broker-{}", self.node_id))));
+            .with_client_id(Some(StrBytes::from_string(format!(
+                "strom-broker-{}",
+                self.node_id
+            ))));
         let io = |e: &dyn std::fmt::Display| ControllerError::Io(e.to_string());
         header
             .encode(&mut buf, api.request_header_version(version))
             .map_err(|e| io(&e))?;
         req.encode(&mut buf, version).map_err(|e| io(&e))?;
         let mut resp = self.forward_raw(&buf).await?;
-        let h = ResponseHeader::decode(&mut resp, api.response_header_version(version)).map_err(|e| io(&e))?;
+        let h = ResponseHeader::decode(&mut resp, api.response_header_version(version))
+            .map_err(|e| io(&e))?;
         if h.correlation_id != corr {
             return Err(ControllerError::Io("correlation id mismatch".into()));
         }
@@ -125,9 +140,17 @@ impl ControllerChannel {
     }
 
     /// Registers this broker's endpoint with the active controller.
-    pub async fn register_broker(&self, host: &str, port: i32, rack: Option<String>) -> Result<(), ControllerError> {
+    pub async fn register_broker(
+        &self,
+        host: &str,
+        port: i32,
+        rack: Option<String>,
+    ) -> Result<(), ControllerError> {
         if self.controller.is_active() {
-            return self.controller.register_broker(self.node_id, host, port, rack).await;
+            return self
+                .controller
+                .register_broker(self.node_id, host, port, rack)
+                .await;
         }
         let req = BrokerRegistrationRequest::default()
             .with_broker_id(BrokerId(self.node_id))
@@ -137,7 +160,8 @@ impl ControllerChannel {
                 .with_name(StrBytes::from_static_str("PLAINTEXT"))
                 .with_host(StrBytes::from_string(host.to_string()))
                 .with_port(port as u16)]);
-        let resp: BrokerRegistrationResponse = self.call(ApiKey::BrokerRegistration, 0, &req).await?;
+        let resp: BrokerRegistrationResponse =
+            self.call(ApiKey::BrokerRegistration, 0, &req).await?;
         code_to_result(resp.error_code, self.controller.active_controller())
     }
 
@@ -147,7 +171,8 @@ impl ControllerChannel {
             return self.controller.allocate_producer_ids(self.node_id).await;
         }
         let req = AllocateProducerIdsRequest::default().with_broker_id(BrokerId(self.node_id));
-        let resp: AllocateProducerIdsResponse = self.call(ApiKey::AllocateProducerIds, 0, &req).await?;
+        let resp: AllocateProducerIdsResponse =
+            self.call(ApiKey::AllocateProducerIds, 0, &req).await?;
         code_to_result(resp.error_code, self.controller.active_controller())?;
         Ok(ProducerIdBlock {
             start: resp.producer_id_start.0,
@@ -159,7 +184,10 @@ impl ControllerChannel {
     /// as Kafka's AutoTopicCreationManager does (the client retries its metadata).
     pub async fn create_topics(&self, specs: &[CreateTopicSpec]) {
         if self.controller.is_active() {
-            for (spec, r) in specs.iter().zip(self.controller.create_topics(specs, false).await) {
+            for (spec, r) in specs
+                .iter()
+                .zip(self.controller.create_topics(specs, false).await)
+            {
                 match r {
                     Ok(_) => tracing::info!(topic = %spec.name, "auto-created topic"),
                     Err(e) => tracing::debug!(topic = %spec.name, error = %e, "auto-create failed"),
@@ -176,8 +204,13 @@ impl ControllerChannel {
                     .with_replication_factor(s.replication_factor)
             })
             .collect();
-        let req = CreateTopicsRequest::default().with_topics(topics).with_timeout_ms(10_000);
-        match self.call::<_, CreateTopicsResponse>(ApiKey::CreateTopics, 5, &req).await {
+        let req = CreateTopicsRequest::default()
+            .with_topics(topics)
+            .with_timeout_ms(10_000);
+        match self
+            .call::<_, CreateTopicsResponse>(ApiKey::CreateTopics, 5, &req)
+            .await
+        {
             Ok(resp) => {
                 for t in resp.topics {
                     tracing::debug!(topic = %t.name.0.as_str(), code = t.error_code, "auto-create through the controller");
@@ -201,29 +234,43 @@ fn code_to_result(code: i16, leader: Option<i32>) -> Result<(), ControllerError>
     match code {
         0 => Ok(()),
         41 => Err(not_controller(leader)),
-        other => Err(ControllerError::Io(format!("controller answered error {other}"))),
+        other => Err(ControllerError::Io(format!(
+            "controller answered error {other}"
+        ))),
     }
 }
 
 impl ControllerChannel {
     /// AlterPartition for one partition (Kafka sends them batched; one is enough here).
-    pub async fn alter_partition(&self, p: &crate::replication::AlterPartitionProposal) -> Result<(), ControllerError> {
+    pub async fn alter_partition(
+        &self,
+        p: &crate::replication::AlterPartitionProposal,
+    ) -> Result<(), ControllerError> {
         if self.controller.is_active() {
             return self
                 .controller
-                .alter_partition(self.node_id, p.topic_id, p.partition, p.leader_epoch, p.partition_epoch, p.new_isr.clone())
+                .alter_partition(
+                    self.node_id,
+                    p.topic_id,
+                    p.partition,
+                    p.leader_epoch,
+                    p.partition_epoch,
+                    p.new_isr.clone(),
+                )
                 .await;
         }
         use strom_protocol::kafka::messages::alter_partition_request::{PartitionData, TopicData};
         let req = AlterPartitionRequest::default()
             .with_broker_id(BrokerId(self.node_id))
-            .with_topics(vec![TopicData::default().with_topic_id(p.topic_id).with_partitions(vec![
-                PartitionData::default()
+            .with_topics(vec![TopicData::default()
+                .with_topic_id(p.topic_id)
+                .with_partitions(vec![PartitionData::default()
                     .with_partition_index(p.partition)
                     .with_leader_epoch(p.leader_epoch)
                     .with_partition_epoch(p.partition_epoch)
-                    .with_new_isr(p.new_isr.iter().map(|&b| BrokerId(b)).collect()),
-            ])]);
+                    .with_new_isr(
+                        p.new_isr.iter().map(|&b| BrokerId(b)).collect(),
+                    )])]);
         let resp: AlterPartitionResponse = self.call(ApiKey::AlterPartition, 2, &req).await?;
         code_to_result(resp.error_code, self.controller.active_controller())?;
         let code = resp
@@ -235,9 +282,17 @@ impl ControllerChannel {
     }
 
     /// A heartbeat to the active controller, which keeps this broker unfenced.
-    pub async fn heartbeat(&self, now_ms: u64, unclean_default: bool) -> Result<(), ControllerError> {
+    pub async fn heartbeat(
+        &self,
+        now_ms: u64,
+        unclean_default: bool,
+    ) -> Result<(), ControllerError> {
         if self.controller.is_active() {
-            return self.controller.heartbeat(self.node_id, now_ms, unclean_default).await.map(|_| ());
+            return self
+                .controller
+                .heartbeat(self.node_id, now_ms, unclean_default)
+                .await
+                .map(|_| ());
         }
         let req = BrokerHeartbeatRequest::default().with_broker_id(BrokerId(self.node_id));
         let resp: BrokerHeartbeatResponse = self.call(ApiKey::BrokerHeartbeat, 0, &req).await?;

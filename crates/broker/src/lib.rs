@@ -38,7 +38,11 @@ pub fn parse_topic_id_string(s: &str) -> Option<Uuid> {
 /// Milliseconds on a clock that never goes back (heartbeat sessions).
 pub(crate) fn monotonic_ms() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64 + 1
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+        + 1
 }
 
 pub(crate) fn now_ms() -> i64 {

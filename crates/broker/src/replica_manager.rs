@@ -119,7 +119,8 @@ impl ReplicaManager {
             keys.iter().filter_map(|k| parts.remove(k)).collect()
         };
         if let Some(r) = self.replication.get() {
-            let keys: Vec<TopicPartition> = stale.iter().map(|p| (p.topic.clone(), p.index)).collect();
+            let keys: Vec<TopicPartition> =
+                stale.iter().map(|p| (p.topic.clone(), p.index)).collect();
             r.fetchers.remove_partitions(&keys);
             let mut followed = self.followed.lock();
             for k in &keys {
@@ -151,7 +152,10 @@ impl ReplicaManager {
                     }
                 },
             };
-            part.set_min_insync_replicas(min_insync_replicas(configs, self.config.min_insync_replicas));
+            part.set_min_insync_replicas(min_insync_replicas(
+                configs,
+                self.config.min_insync_replicas,
+            ));
             part.set_replica_lag_time_max_ms(self.config.replica_lag_time_max_ms);
             if let Some(r) = self.replication.get() {
                 part.set_alter_partition_sender(r.alter_partition.clone());
@@ -169,7 +173,13 @@ impl ReplicaManager {
 
     /// Follows the partition's leader, or stops following when this broker leads it or it has
     /// no reachable leader.
-    fn update_fetcher(&self, image: &MetadataImage, part: &Arc<Partition>, leader: i32, epoch: i32) {
+    fn update_fetcher(
+        &self,
+        image: &MetadataImage,
+        part: &Arc<Partition>,
+        leader: i32,
+        epoch: i32,
+    ) {
         let Some(r) = self.replication.get() else {
             return;
         };
@@ -183,7 +193,8 @@ impl ReplicaManager {
         match leader_addr {
             Some(addr) => {
                 if followed.get(&key) != Some(&(leader, epoch)) {
-                    r.fetchers.add_partitions(leader, &addr, vec![(part.clone(), epoch)]);
+                    r.fetchers
+                        .add_partitions(leader, &addr, vec![(part.clone(), epoch)]);
                     followed.insert(key, (leader, epoch));
                 }
             }

@@ -21,7 +21,9 @@ use crate::config::{parse_properties, BrokerConfig};
 use crate::controller_channel::ControllerChannel;
 use crate::producer_ids::ProducerIdManager;
 use crate::replica_manager::{ReplicaManager, Replication};
-use crate::replication::{AlterPartitionProposal, AlterPartitionSender, FetcherConfig, FetcherManager};
+use crate::replication::{
+    AlterPartitionProposal, AlterPartitionSender, FetcherConfig, FetcherManager,
+};
 
 #[derive(Debug, Error)]
 pub enum ServerError {
@@ -127,21 +129,38 @@ impl Server {
         let controller = Arc::new(match &config.controller_quorum {
             None => QuorumController::open(&metadata_dir.join("metadata.log"), defaults)?,
             Some(voters) => {
-                let listen = config
-                    .controller_listen
-                    .ok_or_else(|| ServerError::MetaProperties("--controller-quorum needs --controller-listen".into()))?;
+                let listen = config.controller_listen.ok_or_else(|| {
+                    ServerError::MetaProperties(
+                        "--controller-quorum needs --controller-listen".into(),
+                    )
+                })?;
                 let voters = voters.iter().map(|(id, a)| (*id as u64, *a)).collect();
-                let quorum = QuorumConfig::new(config.node_id as u64, voters, listen, metadata_dir.join("raft"));
+                let quorum = QuorumConfig::new(
+                    config.node_id as u64,
+                    voters,
+                    listen,
+                    metadata_dir.join("raft"),
+                );
                 QuorumController::start_quorum(quorum, defaults).await?
             }
         });
         let replica_manager = Arc::new(ReplicaManager::new(config.clone())?);
         let metadata = Arc::new(RwLock::new(controller.image()));
-        let channel = Arc::new(ControllerChannel::new(config.node_id, controller.clone(), metadata.clone()));
+        let channel = Arc::new(ControllerChannel::new(
+            config.node_id,
+            controller.clone(),
+            metadata.clone(),
+        ));
         if config.controller_quorum.is_some() {
             replica_manager.enable_replication(Replication {
-                fetchers: FetcherManager::new(FetcherConfig::from_props(config.node_id, &config.props)),
-                alter_partition: alter_partition_sender(channel.clone(), Arc::downgrade(&replica_manager)),
+                fetchers: FetcherManager::new(FetcherConfig::from_props(
+                    config.node_id,
+                    &config.props,
+                )),
+                alter_partition: alter_partition_sender(
+                    channel.clone(),
+                    Arc::downgrade(&replica_manager),
+                ),
             });
         }
         {
@@ -157,10 +176,18 @@ impl Server {
             // only once it has caught up, so there this is left to a later version.
             replica_manager.remove_stray_logs(&controller.image());
             channel
-                .register_broker(&config.advertised_host, config.advertised_port, config.rack.clone())
+                .register_broker(
+                    &config.advertised_host,
+                    config.advertised_port,
+                    config.rack.clone(),
+                )
                 .await?;
         } else {
-            tokio::spawn(register_until_done(channel.clone(), controller.clone(), config.clone()));
+            tokio::spawn(register_until_done(
+                channel.clone(),
+                controller.clone(),
+                config.clone(),
+            ));
         }
         tracing::info!(
             node_id = config.node_id,
@@ -244,11 +271,23 @@ impl Server {
 
 /// In a quorum the broker registers once a controller is elected, through it, retrying until
 /// the active controller has recorded this broker's endpoint.
-async fn register_until_done(channel: Arc<ControllerChannel>, controller: Arc<QuorumController>, config: Arc<BrokerConfig>) {
+async fn register_until_done(
+    channel: Arc<ControllerChannel>,
+    controller: Arc<QuorumController>,
+    config: Arc<BrokerConfig>,
+) {
     loop {
-        if controller.wait_for_leader(Duration::from_secs(5)).await.is_ok() {
+        if controller
+            .wait_for_leader(Duration::from_secs(5))
+            .await
+            .is_ok()
+        {
             match channel
-                .register_broker(&config.advertised_host, config.advertised_port, config.rack.clone())
+                .register_broker(
+                    &config.advertised_host,
+                    config.advertised_port,
+                    config.rack.clone(),
+                )
                 .await
             {
                 Ok(()) => {
@@ -273,7 +312,10 @@ fn alter_partition_sender(
         tokio::spawn(async move {
             if let Err(e) = channel.alter_partition(&proposal).await {
                 tracing::info!(topic = %proposal.topic, partition = proposal.partition, error = %e, "AlterPartition refused");
-                if let Some(p) = rm.upgrade().and_then(|rm| rm.get(&proposal.topic, proposal.partition)) {
+                if let Some(p) = rm
+                    .upgrade()
+                    .and_then(|rm| rm.get(&proposal.topic, proposal.partition))
+                {
                     p.alter_partition_failed(proposal.partition_epoch);
                 }
             }
@@ -285,7 +327,9 @@ fn alter_partition_sender(
 /// of brokers whose session expired.
 async fn cluster_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     let cfg = broker.config.clone();
-    let mut heartbeat = tokio::time::interval(Duration::from_millis(cfg.broker_heartbeat_interval_ms.max(10)));
+    let mut heartbeat = tokio::time::interval(Duration::from_millis(
+        cfg.broker_heartbeat_interval_ms.max(10),
+    ));
     let mut fence = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {
@@ -312,7 +356,9 @@ async fn background_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>)
     ));
     let mut checkpoint =
         tokio::time::interval(Duration::from_millis(cfg.checkpoint_interval_ms.max(1)));
-    let mut isr_shrink = tokio::time::interval(Duration::from_millis((cfg.replica_lag_time_max_ms / 2).max(1) as u64));
+    let mut isr_shrink = tokio::time::interval(Duration::from_millis(
+        (cfg.replica_lag_time_max_ms / 2).max(1) as u64,
+    ));
     isr_shrink.tick().await;
     let mut expiration = tokio::time::interval(Duration::from_millis(
         cfg.producer_id_expiration_check_interval_ms.max(1),

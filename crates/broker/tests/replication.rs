@@ -105,16 +105,18 @@ impl Leader {
 
     /// Creates `topic` (one partition) and makes its registration name the follower too.
     async fn create(&self, topic: &str, leader_epoch: i32, isr: &[i32]) -> Arc<Partition> {
-        self.broker.controller.create_topics(
-            &[CreateTopicSpec {
-                name: topic.into(),
-                num_partitions: 1,
-                replication_factor: 1,
-                ..Default::default()
-            }],
-            false,
-        )
-        .await;
+        self.broker
+            .controller
+            .create_topics(
+                &[CreateTopicSpec {
+                    name: topic.into(),
+                    num_partitions: 1,
+                    replication_factor: 1,
+                    ..Default::default()
+                }],
+                false,
+            )
+            .await;
         let p = self.broker.replica_manager.get(topic, 0).expect("hosted");
         p.apply_leader_and_isr(&LeaderAndIsr {
             leader: LEADER,

@@ -11,13 +11,13 @@ use parking_lot::Mutex;
 use thiserror::Error;
 use uuid::Uuid;
 
-use crate::image::MetadataImage;
 use crate::cluster_control::BrokerHeartbeatManager;
+use crate::image::MetadataImage;
 use crate::log::MetadataLog;
-use crate::state::{MetadataState, RaftStateMachine};
-use strom_raft::{MetadataQuorum, QuorumConfig, QuorumError};
 use crate::record::MetadataRecord;
+use crate::state::{MetadataState, RaftStateMachine};
 use crate::{names, topic_config};
+use strom_raft::{MetadataQuorum, QuorumConfig, QuorumError};
 
 /// Controller failures, each tied to the Kafka error it stands for. The broker maps them to wire
 /// codes per API.
@@ -180,7 +180,10 @@ impl QuorumController {
     /// A controller that is one voter of a Raft quorum. Every voter replays the committed
     /// records through the same [`MetadataImage::replay`]; only the leader (the active
     /// controller) accepts requests.
-    pub async fn start_quorum(config: QuorumConfig, defaults: TopicDefaults) -> Result<Self, ControllerError> {
+    pub async fn start_quorum(
+        config: QuorumConfig,
+        defaults: TopicDefaults,
+    ) -> Result<Self, ControllerError> {
         let state = Arc::new(MetadataState::default());
         let quorum = MetadataQuorum::start(config, Arc::new(RaftStateMachine(state.clone())))
             .await
@@ -233,7 +236,10 @@ impl QuorumController {
     }
 
     /// Waits (bounded) until a controller is elected; returns its node id.
-    pub async fn wait_for_leader(&self, timeout: std::time::Duration) -> Result<Option<i32>, ControllerError> {
+    pub async fn wait_for_leader(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<Option<i32>, ControllerError> {
         match &self.backend {
             Backend::Local(_) => Ok(None),
             Backend::Raft(q) => q
@@ -265,7 +271,8 @@ impl QuorumController {
                 Ok(())
             }
             Backend::Raft(q) => {
-                let payload = serde_json::to_vec(&records).map_err(|e| ControllerError::Io(e.to_string()))?;
+                let payload =
+                    serde_json::to_vec(&records).map_err(|e| ControllerError::Io(e.to_string()))?;
                 match q.propose(payload).await {
                     Ok(_) => Ok(()),
                     Err(QuorumError::NotLeader { leader }) => Err(ControllerError::NotController {
@@ -309,7 +316,12 @@ impl QuorumController {
 
     /// A broker's heartbeat: its session is renewed, and a fenced broker is unfenced (its
     /// leaderless partitions get leaders again).
-    pub async fn heartbeat(&self, broker_id: i32, now_ms: u64, unclean_default: bool) -> Result<bool, ControllerError> {
+    pub async fn heartbeat(
+        &self,
+        broker_id: i32,
+        now_ms: u64,
+        unclean_default: bool,
+    ) -> Result<bool, ControllerError> {
         self.check_active()?;
         self.touch_heartbeat(broker_id, now_ms);
         let image = self.image();
@@ -321,7 +333,9 @@ impl QuorumController {
             Some(b) if b.fenced => {
                 let _op = self.op_lock.lock().await;
                 let image = self.image();
-                let unclean = |t: &str| crate::cluster_control::unclean_election_enabled(&image, t, unclean_default);
+                let unclean = |t: &str| {
+                    crate::cluster_control::unclean_election_enabled(&image, t, unclean_default)
+                };
                 let records = crate::cluster_control::unfence_broker(&image, broker_id, unclean);
                 self.commit(records).await?;
                 tracing::info!(broker_id, "broker unfenced");
@@ -343,7 +357,12 @@ impl QuorumController {
     /// Run periodically on every node: on the active controller, fences brokers whose session
     /// expired and moves their leaderships (Kafka's `maybeFenceStaleBroker`). A node that just
     /// became active gives every broker a fresh session first.
-    pub async fn fence_stale_brokers(&self, now_ms: u64, session_timeout_ms: u64, unclean_default: bool) {
+    pub async fn fence_stale_brokers(
+        &self,
+        now_ms: u64,
+        session_timeout_ms: u64,
+        unclean_default: bool,
+    ) {
         if !self.is_active() {
             self.heartbeats.lock().0 = false;
             return;
@@ -359,10 +378,15 @@ impl QuorumController {
         for broker in stale {
             let _op = self.op_lock.lock().await;
             let image = self.image();
-            let unclean = |t: &str| crate::cluster_control::unclean_election_enabled(&image, t, unclean_default);
+            let unclean = |t: &str| {
+                crate::cluster_control::unclean_election_enabled(&image, t, unclean_default)
+            };
             let records = crate::cluster_control::fence_broker(&image, broker, unclean);
             match self.commit(records).await {
-                Ok(()) => tracing::warn!(broker, "broker fenced: no heartbeat within the session timeout"),
+                Ok(()) => tracing::warn!(
+                    broker,
+                    "broker fenced: no heartbeat within the session timeout"
+                ),
                 Err(e) => tracing::warn!(broker, error = %e, "fencing failed"),
             }
         }
@@ -560,10 +584,12 @@ impl QuorumController {
         let mut seen = HashSet::new();
         for (name, id) in topics {
             let found = match (name, id) {
-                (Some(n), _) => image.topic(n)
+                (Some(n), _) => image
+                    .topic(n)
                     .map(|t| (t.name.clone(), t.id))
                     .ok_or(ControllerError::UnknownTopicOrPartition),
-                (None, Some(id)) => image.topic_by_id(id)
+                (None, Some(id)) => image
+                    .topic_by_id(id)
                     .map(|t| (t.name.clone(), t.id))
                     .ok_or(ControllerError::UnknownTopicId),
                 (None, None) => Err(ControllerError::InvalidRequest(
@@ -603,7 +629,8 @@ impl QuorumController {
         let _op = self.op_lock.lock().await;
         self.check_active()?;
         let image = self.image();
-        let t = image.topic(topic)
+        let t = image
+            .topic(topic)
             .ok_or(ControllerError::UnknownTopicOrPartition)?
             .clone();
         let current = t.partitions.len() as i32;
@@ -695,7 +722,8 @@ impl QuorumController {
         let _op = self.op_lock.lock().await;
         self.check_active()?;
         let image = self.image();
-        let t = image.topic(topic)
+        let t = image
+            .topic(topic)
             .ok_or(ControllerError::UnknownTopicOrPartition)?;
         let mut configs = t.configs.clone();
         let mut seen = HashSet::new();
@@ -1055,7 +1083,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let c = controller(dir.path());
         assert!(block(c.create_topics(&[spec("a.b", 1)], false))[0].is_ok());
-        let code = |s: CreateTopicSpec| block(c.create_topics(&[s], false))[0].clone().unwrap_err().code();
+        let code = |s: CreateTopicSpec| {
+            block(c.create_topics(&[s], false))[0]
+                .clone()
+                .unwrap_err()
+                .code()
+        };
         assert_eq!(code(spec("a.b", 1)), 36);
         assert_eq!(code(spec("a_b", 1)), 17);
         assert_eq!(code(spec("bad name", 1)), 17);

@@ -144,16 +144,40 @@ mod tests {
     fn snapshot_records_rebuild_the_same_image() {
         let id = uuid::Uuid::new_v4();
         let records = vec![
-            MetadataRecord::RegisterBroker { node_id: 1, host: "h".into(), port: 9092, rack: Some("r".into()) },
-            MetadataRecord::Topic { name: "t".into(), topic_id: id },
-            MetadataRecord::TopicConfig { topic: "t".into(), name: "retention.ms".into(), value: Some("5".into()) },
-            MetadataRecord::Partition { topic_id: id, partition: 0, replicas: vec![1], isr: vec![1], leader: 1, leader_epoch: 3, partition_epoch: 4 },
-            MetadataRecord::ProducerIds { broker_id: 1, next_producer_id: 2000 },
+            MetadataRecord::RegisterBroker {
+                node_id: 1,
+                host: "h".into(),
+                port: 9092,
+                rack: Some("r".into()),
+            },
+            MetadataRecord::Topic {
+                name: "t".into(),
+                topic_id: id,
+            },
+            MetadataRecord::TopicConfig {
+                topic: "t".into(),
+                name: "retention.ms".into(),
+                value: Some("5".into()),
+            },
+            MetadataRecord::Partition {
+                topic_id: id,
+                partition: 0,
+                replicas: vec![1],
+                isr: vec![1],
+                leader: 1,
+                leader_epoch: 3,
+                partition_epoch: 4,
+            },
+            MetadataRecord::ProducerIds {
+                broker_id: 1,
+                next_producer_id: 2000,
+            },
         ];
         let s = MetadataState::default();
         s.apply(&records);
         let sm = RaftStateMachine(Arc::new(MetadataState::default()));
-        sm.restore(RaftStateMachine(Arc::new(s)).snapshot()).unwrap();
+        sm.restore(RaftStateMachine(Arc::new(s)).snapshot())
+            .unwrap();
         let img = sm.0.image();
         assert_eq!(img.topic("t").unwrap().partitions[&0].leader_epoch, 3);
         assert_eq!(img.topic("t").unwrap().configs["retention.ms"], "5");

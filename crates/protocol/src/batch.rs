@@ -54,7 +54,10 @@ pub enum BatchError {
     InvalidCount { count: i32, last_offset_delta: i32 },
     /// A negative last offset delta, or one that takes the last offset past `i64::MAX`.
     #[error("invalid last offset delta {last_offset_delta} for base offset {base_offset}")]
-    InvalidOffsetDelta { base_offset: i64, last_offset_delta: i32 },
+    InvalidOffsetDelta {
+        base_offset: i64,
+        last_offset_delta: i32,
+    },
 }
 
 /// The compression codec of a batch (attributes bits 0-2).
@@ -143,7 +146,10 @@ impl<'a> BatchView<'a> {
                 available: bytes.len(),
             });
         }
-        check_offset_delta(be_i64(bytes, BASE_OFFSET_OFFSET), be_i32(bytes, LAST_OFFSET_DELTA_OFFSET))?;
+        check_offset_delta(
+            be_i64(bytes, BASE_OFFSET_OFFSET),
+            be_i32(bytes, LAST_OFFSET_DELTA_OFFSET),
+        )?;
         Ok(Self { bytes })
     }
 
@@ -505,15 +511,23 @@ mod tests {
     #[test]
     fn hostile_offsets_are_rejected_not_overflowed() {
         let mut b = encode(2, Compression::None);
-        b[LAST_OFFSET_DELTA_OFFSET..LAST_OFFSET_DELTA_OFFSET + 4].copy_from_slice(&(-1i32).to_be_bytes());
-        assert!(matches!(BatchView::parse(&b), Err(BatchError::InvalidOffsetDelta { .. })));
+        b[LAST_OFFSET_DELTA_OFFSET..LAST_OFFSET_DELTA_OFFSET + 4]
+            .copy_from_slice(&(-1i32).to_be_bytes());
+        assert!(matches!(
+            BatchView::parse(&b),
+            Err(BatchError::InvalidOffsetDelta { .. })
+        ));
         let mut b = encode(2, Compression::None);
         set_base_offset(&mut b, i64::MAX);
-        assert!(matches!(BatchView::parse(&b), Err(BatchError::InvalidOffsetDelta { .. })));
+        assert!(matches!(
+            BatchView::parse(&b),
+            Err(BatchError::InvalidOffsetDelta { .. })
+        ));
         let mut b = encode(2, Compression::None);
-        b[LAST_OFFSET_DELTA_OFFSET..LAST_OFFSET_DELTA_OFFSET + 4].copy_from_slice(&i32::MAX.to_be_bytes());
+        b[LAST_OFFSET_DELTA_OFFSET..LAST_OFFSET_DELTA_OFFSET + 4]
+            .copy_from_slice(&i32::MAX.to_be_bytes());
         let v = BatchView::parse(&b).unwrap();
-        assert!(matches!(v.validate(), Err(_)));
+        assert!(v.validate().is_err());
         assert_eq!(last_sequence(5, i32::MAX), 4);
         // Nonsense inputs give nonsense answers, never a panic.
         let _ = last_sequence(i32::MIN, -5);

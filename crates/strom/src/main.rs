@@ -19,7 +19,11 @@ mod dump_log;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(name = "strom", version, about = "A Kafka-compatible streaming platform")]
+#[command(
+    name = "strom",
+    version,
+    about = "A Kafka-compatible streaming platform"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -80,7 +84,11 @@ struct ServerArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Tools print their results; only the server logs its progress by default.
-    let default_level = if matches!(cli.command, Command::Server(_)) { "info" } else { "warn" };
+    let default_level = if matches!(cli.command, Command::Server(_)) {
+        "info"
+    } else {
+        "warn"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -88,7 +96,10 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -135,7 +146,8 @@ fn split_host_port(addr: &str) -> anyhow::Result<(String, i32)> {
 async fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     let mut props = BTreeMap::new();
     if let Some(path) = &args.config {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
         props.extend(parse_properties(&text)?);
     }
     for kv in &args.set {
@@ -145,7 +157,11 @@ async fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         props.insert(k.trim().to_string(), v.trim().to_string());
     }
     let listen = resolve(&args.listen)?;
-    let advertised = args.advertised_listener.as_deref().map(split_host_port).transpose()?;
+    let advertised = args
+        .advertised_listener
+        .as_deref()
+        .map(split_host_port)
+        .transpose()?;
     if let Some(rack) = &args.rack {
         props.insert("broker.rack".into(), rack.clone());
     }
@@ -153,7 +169,10 @@ async fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     if let Some(voters) = &args.controller_quorum {
         let voters = strom_broker::config::parse_quorum_voters(voters)?;
         if !voters.contains_key(&args.node_id) {
-            bail!("--controller-quorum does not name this node ({})", args.node_id);
+            bail!(
+                "--controller-quorum does not name this node ({})",
+                args.node_id
+            );
         }
         let listen = match &args.controller_listen {
             Some(a) => resolve(a)?,
@@ -165,7 +184,11 @@ async fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         bail!("--controller-listen needs --controller-quorum");
     }
     let server = Server::start(config).await?;
-    println!("strom broker {} listening on {}", args.node_id, server.local_addr());
+    println!(
+        "strom broker {} listening on {}",
+        args.node_id,
+        server.local_addr()
+    );
     server.run(shutdown_signal()).await?;
     Ok(())
 }

@@ -34,7 +34,11 @@ fn broker_with_data(settings: &[&str]) -> (Broker, Vec<OutRec>) {
 
 /// The broker still serves a fresh client, and every record written before is there.
 fn assert_still_serving(broker: &Broker, recs: &[OutRec]) {
-    assert_eq!(watermarks(broker, TOPIC, 0), (0, recs.len() as i64), "watermarks after bad input");
+    assert_eq!(
+        watermarks(broker, TOPIC, 0),
+        (0, recs.len() as i64),
+        "watermarks after bad input"
+    );
     let got = consume_all(broker, TOPIC, 0);
     assert_contiguous(&got, 0);
     assert_records_eq(&got, recs);
@@ -45,7 +49,11 @@ fn assert_still_serving(broker: &Broker, recs: &[OutRec]) {
     assert_eq!(resp.error_code, 0);
 }
 
-fn api_versions(s: &mut std::net::TcpStream, version: i16, corr: i32) -> (i32, ApiVersionsResponse) {
+fn api_versions(
+    s: &mut std::net::TcpStream,
+    version: i16,
+    corr: i32,
+) -> (i32, ApiVersionsResponse) {
     let req = ApiVersionsRequest::default()
         .with_client_software_name(StrBytes::from_static_str("strom-it"))
         .with_client_software_version(StrBytes::from_static_str("1.0"));
@@ -123,8 +131,12 @@ fn garbage_bytes_then_other_clients_still_work() {
 
     // An HTTP request: "GET " as a frame size is ~1.2 GB, over socket.request.max.bytes.
     let mut s = connect(&broker);
-    s.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-    assert!(wait_closed(&mut s, WAIT), "HTTP garbage: connection should be closed");
+    s.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    assert!(
+        wait_closed(&mut s, WAIT),
+        "HTTP garbage: connection should be closed"
+    );
 
     // A small frame of random-looking bytes (a plausible header with a nonsense body).
     let mut s = connect(&broker);
@@ -133,16 +145,25 @@ fn garbage_bytes_then_other_clients_still_work() {
     write_frame(&mut s, &junk).unwrap();
     match read_frame(&mut s, WAIT) {
         Reply::Closed => {}
-        Reply::Frame(f) => assert!(f.len() >= 4 && f[..4] == 9i32.to_be_bytes(), "answer to junk"),
+        Reply::Frame(f) => assert!(
+            f.len() >= 4 && f[..4] == 9i32.to_be_bytes(),
+            "answer to junk"
+        ),
         Reply::TimedOut => panic!("junk frame: neither answered nor closed within {WAIT:?}"),
     }
 
     // A frame whose body is cut short: a Metadata v12 header and a truncated body.
     let mut s = connect(&broker);
-    write_frame(&mut s, &[0, 3, 0, 12, 0, 0, 0, 10, 0, 1, b'x', 0, 0xff, 0xff]).unwrap();
+    write_frame(
+        &mut s,
+        &[0, 3, 0, 12, 0, 0, 0, 10, 0, 1, b'x', 0, 0xff, 0xff],
+    )
+    .unwrap();
     match read_frame(&mut s, WAIT) {
         Reply::Closed | Reply::Frame(_) => {}
-        Reply::TimedOut => panic!("truncated Metadata: neither answered nor closed within {WAIT:?}"),
+        Reply::TimedOut => {
+            panic!("truncated Metadata: neither answered nor closed within {WAIT:?}")
+        }
     }
 
     // Random bytes without any framing, then the client just disconnects.
@@ -156,11 +177,18 @@ fn garbage_bytes_then_other_clients_still_work() {
 #[test]
 fn huge_frame_length_closes_connection() {
     let (broker, recs) = broker_with_data(&[]);
-    for size in [0x7fff_ffffu32, 100 * 1024 * 1024 + 1, 0xffff_ffff /* -1 */] {
+    for size in [
+        0x7fff_ffffu32,
+        100 * 1024 * 1024 + 1,
+        0xffff_ffff, /* -1 */
+    ] {
         let mut s = connect(&broker);
         s.write_all(&size.to_be_bytes()).unwrap();
         let _ = s.write_all(&[0, 18, 0, 3, 0, 0, 0, 1]);
-        assert!(wait_closed(&mut s, WAIT), "frame size {size:#x}: connection should be closed");
+        assert!(
+            wait_closed(&mut s, WAIT),
+            "frame size {size:#x}: connection should be closed"
+        );
     }
     assert_still_serving(&broker, &recs);
 }
@@ -182,7 +210,10 @@ fn unknown_api_key_is_rejected() {
     match read_frame(&mut s, WAIT) {
         Reply::Closed => {}
         Reply::Frame(f) => {
-            assert!(f.len() >= 4 && f[..4] == 42i32.to_be_bytes(), "answer to API key 9999 has the wrong correlation id");
+            assert!(
+                f.len() >= 4 && f[..4] == 42i32.to_be_bytes(),
+                "answer to API key 9999 has the wrong correlation id"
+            );
             // If answered, the connection must still be usable.
             let (corr, resp) = api_versions(&mut s, 3, 43);
             assert_eq!((corr, resp.error_code), (43, 0));
@@ -230,13 +261,28 @@ fn api_versions_too_high_falls_back_to_v0_with_unsupported_version() {
     let mut e = expected.clone();
     e.sort();
     if !reference_kafka() {
-        assert_eq!(a, e, "ApiVersions v3 must advertise exactly strom_protocol::apis::SUPPORTED");
+        assert_eq!(
+            a, e,
+            "ApiVersions v3 must advertise exactly strom_protocol::apis::SUPPORTED"
+        );
     }
     let range = |key: ApiKey| a.iter().find(|x| x.0 == key as i16).map(|x| (x.1, x.2));
-    assert!(range(ApiKey::Produce).is_some_and(|(lo, hi)| lo <= 3 && hi >= 10), "Produce range");
-    assert!(range(ApiKey::Fetch).is_some_and(|(lo, hi)| lo <= 4 && hi >= 16), "Fetch range");
-    assert!(range(ApiKey::Metadata).is_some_and(|(lo, hi)| lo <= 1 && hi >= 12), "Metadata range");
-    assert!(range(ApiKey::ApiVersions).is_some_and(|(lo, hi)| lo == 0 && hi >= 3), "ApiVersions range");
+    assert!(
+        range(ApiKey::Produce).is_some_and(|(lo, hi)| lo <= 3 && hi >= 10),
+        "Produce range"
+    );
+    assert!(
+        range(ApiKey::Fetch).is_some_and(|(lo, hi)| lo <= 4 && hi >= 16),
+        "Fetch range"
+    );
+    assert!(
+        range(ApiKey::Metadata).is_some_and(|(lo, hi)| lo <= 1 && hi >= 12),
+        "Metadata range"
+    );
+    assert!(
+        range(ApiKey::ApiVersions).is_some_and(|(lo, hi)| lo == 0 && hi >= 3),
+        "ApiVersions range"
+    );
 
     // v0 still works and lists the same.
     let (_, v0) = api_versions(&mut s, 0, 2);
@@ -272,10 +318,16 @@ fn api_versions_too_high_falls_back_to_v0_with_unsupported_version() {
     // Kafka 4.x lists only ApiVersions itself in this fallback; listing more is fine too.
     let own = listed.iter().find(|k| k.0 == ApiKey::ApiVersions as i16);
     let adv = a.iter().find(|k| k.0 == ApiKey::ApiVersions as i16);
-    assert!(own.is_some(), "v0 fallback must list ApiVersions itself: {listed:?}");
+    assert!(
+        own.is_some(),
+        "v0 fallback must list ApiVersions itself: {listed:?}"
+    );
     assert_eq!(own, adv, "v0 fallback's ApiVersions range");
     for k in &listed {
-        assert!(a.contains(k), "v0 fallback lists {k:?}, which a v3 response does not");
+        assert!(
+            a.contains(k),
+            "v0 fallback lists {k:?}, which a v3 response does not"
+        );
     }
 
     // The client can then retry with v0..=v3 on the same connection.
@@ -294,15 +346,29 @@ fn produce_with_bad_crc_is_corrupt_message_and_writes_nothing() {
     let last = bad.len() - 2;
     bad[last] ^= 0x55;
     let (code, msg) = produce_raw(&broker, TOPIC, bad);
-    assert_eq!(code, 2, "CORRUPT_MESSAGE for a payload byte flipped (message {msg:?})");
-    assert_eq!(watermarks(&broker, TOPIC, 0), (0, KEPT as i64), "nothing written");
+    assert_eq!(
+        code, 2,
+        "CORRUPT_MESSAGE for a payload byte flipped (message {msg:?})"
+    );
+    assert_eq!(
+        watermarks(&broker, TOPIC, 0),
+        (0, KEPT as i64),
+        "nothing written"
+    );
 
     // Wrong CRC field itself.
     let mut bad = good.clone();
     bad[17] ^= 0xff;
     let (code, msg) = produce_raw(&broker, TOPIC, bad);
-    assert_eq!(code, 2, "CORRUPT_MESSAGE for a wrong CRC field (message {msg:?})");
-    assert_eq!(watermarks(&broker, TOPIC, 0), (0, KEPT as i64), "nothing written");
+    assert_eq!(
+        code, 2,
+        "CORRUPT_MESSAGE for a wrong CRC field (message {msg:?})"
+    );
+    assert_eq!(
+        watermarks(&broker, TOPIC, 0),
+        (0, KEPT as i64),
+        "nothing written"
+    );
 
     // A batch whose length field says more than is there.
     let mut bad = good.clone();
@@ -313,7 +379,11 @@ fn produce_with_bad_crc_is_corrupt_message_and_writes_nothing() {
         code == 2 || code == 87,
         "CORRUPT_MESSAGE (2) or INVALID_RECORD (87) for a batch longer than its bytes, got {code} ({msg:?})"
     );
-    assert_eq!(watermarks(&broker, TOPIC, 0), (0, KEPT as i64), "nothing written");
+    assert_eq!(
+        watermarks(&broker, TOPIC, 0),
+        (0, KEPT as i64),
+        "nothing written"
+    );
 
     // The good batch is then accepted at the log end.
     let (code, msg) = produce_raw(&broker, TOPIC, good);
@@ -331,7 +401,11 @@ fn oversized_batch_is_message_too_large() {
     let big = encode_batch(&records(2, 3000), Compression::None);
     assert!(big.len() > 2048);
     let (code, msg) = produce_raw(&broker, "small", big);
-    assert_eq!(code, 10, "MESSAGE_TOO_LARGE for a {}-byte batch on a 2048-byte topic ({msg:?})", 6000);
+    assert_eq!(
+        code, 10,
+        "MESSAGE_TOO_LARGE for a {}-byte batch on a 2048-byte topic ({msg:?})",
+        6000
+    );
     assert_eq!(watermarks(&broker, "small", 0), (0, 0), "nothing written");
     let fits = encode_batch(&records(2, 100), Compression::None);
     let (code, msg) = produce_raw(&broker, "small", fits);
@@ -346,7 +420,10 @@ fn oversized_batch_is_message_too_large() {
     produce_ok(&broker, TOPIC, &[("batch.size", "2000")], &recs);
     let big = encode_batch(&records(3, 3000), Compression::None);
     let (code, msg) = produce_raw(&broker, TOPIC, big);
-    assert_eq!(code, 10, "MESSAGE_TOO_LARGE with broker message.max.bytes=4096 ({msg:?})");
+    assert_eq!(
+        code, 10,
+        "MESSAGE_TOO_LARGE with broker message.max.bytes=4096 ({msg:?})"
+    );
     assert_still_serving(&broker, &recs);
 }
 

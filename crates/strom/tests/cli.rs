@@ -81,30 +81,79 @@ fn topics_create_list_describe_delete() {
     let broker = Broker::start_with(&["auto.create.topics.enable=false"]);
     let bs = broker.bootstrap();
     let o = ok(
-        &["topics", "create", "--bootstrap-server", &bs, "--topic", "t", "--partitions", "3"],
+        &[
+            "topics",
+            "create",
+            "--bootstrap-server",
+            &bs,
+            "--topic",
+            "t",
+            "--partitions",
+            "3",
+        ],
         "",
     );
-    assert!(o.stdout.contains("Created topic t"), "create output: {}", o.stdout);
+    assert!(
+        o.stdout.contains("Created topic t"),
+        "create output: {}",
+        o.stdout
+    );
     wait_for_topic(&broker, "t", 3);
 
     // Creating it again fails with a non-zero exit and says why.
     let o = strom(
-        &["topics", "create", "--bootstrap-server", &bs, "--topic", "t", "--partitions", "3"],
+        &[
+            "topics",
+            "create",
+            "--bootstrap-server",
+            &bs,
+            "--topic",
+            "t",
+            "--partitions",
+            "3",
+        ],
         "",
     );
     assert_ne!(o.code, Some(0), "duplicate create must fail");
     assert!(
-        (o.stdout.clone() + &o.stderr).to_lowercase().contains("already exists"),
+        (o.stdout.clone() + &o.stderr)
+            .to_lowercase()
+            .contains("already exists"),
         "duplicate create should say the topic already exists"
     );
 
-    ok(&["topics", "create", "--bootstrap-server", &bs, "--topic", "u"], "");
+    ok(
+        &[
+            "topics",
+            "create",
+            "--bootstrap-server",
+            &bs,
+            "--topic",
+            "u",
+        ],
+        "",
+    );
     let o = ok(&["topics", "list", "--bootstrap-server", &bs], "");
-    let mut names: Vec<&str> = o.stdout.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let mut names: Vec<&str> = o
+        .stdout
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
     names.sort();
     assert_eq!(names, vec!["t", "u"], "list output");
 
-    let o = ok(&["topics", "describe", "--bootstrap-server", &bs, "--topic", "t"], "");
+    let o = ok(
+        &[
+            "topics",
+            "describe",
+            "--bootstrap-server",
+            &bs,
+            "--topic",
+            "t",
+        ],
+        "",
+    );
     assert!(o.stdout.contains("Topic: t"), "describe output");
     assert!(o.stdout.contains("PartitionCount: 3"), "describe output");
     assert!(o.stdout.contains("ReplicationFactor: 1"), "describe output");
@@ -117,7 +166,17 @@ fn topics_create_list_describe_delete() {
         );
     }
 
-    ok(&["topics", "delete", "--bootstrap-server", &bs, "--topic", "u"], "");
+    ok(
+        &[
+            "topics",
+            "delete",
+            "--bootstrap-server",
+            &bs,
+            "--topic",
+            "u",
+        ],
+        "",
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let o = ok(&["topics", "list", "--bootstrap-server", &bs], "");
@@ -136,23 +195,47 @@ fn produce_and_consume_lines() {
     create_topic(&broker, "lines", 1, &[]);
     let input: String = (0..50).map(|i| format!("k{i}:line {i}\n")).collect();
     ok(
-        &["produce", "lines", "--bootstrap-server", &bs, "--key-separator", ":"],
+        &[
+            "produce",
+            "lines",
+            "--bootstrap-server",
+            &bs,
+            "--key-separator",
+            ":",
+        ],
         &input,
     );
     assert_eq!(watermarks(&broker, "lines", 0), (0, 50));
     let got = consume_all(&broker, "lines", 0);
     let keys: Vec<String> = got
         .iter()
-        .map(|r| format!("{}:{}", r.offset, String::from_utf8_lossy(r.key.as_deref().unwrap_or(b"-"))))
+        .map(|r| {
+            format!(
+                "{}:{}",
+                r.offset,
+                String::from_utf8_lossy(r.key.as_deref().unwrap_or(b"-"))
+            )
+        })
         .collect();
     eprintln!("consumed (offset:key): {keys:?}");
     for (i, r) in got.iter().enumerate() {
-        assert_eq!(r.key.as_deref(), Some(format!("k{i}").as_bytes()), "key of line {i}");
-        assert_eq!(r.value.as_deref(), Some(format!("line {i}").as_bytes()), "value of line {i}");
+        assert_eq!(
+            r.key.as_deref(),
+            Some(format!("k{i}").as_bytes()),
+            "key of line {i}"
+        );
+        assert_eq!(
+            r.value.as_deref(),
+            Some(format!("line {i}").as_bytes()),
+            "value of line {i}"
+        );
     }
 
     // Lines without a separator setting are values without keys.
-    ok(&["produce", "lines", "--bootstrap-server", &bs], "plain a\nplain b\n");
+    ok(
+        &["produce", "lines", "--bootstrap-server", &bs],
+        "plain a\nplain b\n",
+    );
     assert_eq!(watermarks(&broker, "lines", 0), (0, 52));
 
     let o = ok(
@@ -175,10 +258,21 @@ fn produce_and_consume_lines() {
 
     // --max-messages stops early.
     let o = ok(
-        &["consume", "lines", "--bootstrap-server", &bs, "--from-beginning", "--max-messages", "3"],
+        &[
+            "consume",
+            "lines",
+            "--bootstrap-server",
+            &bs,
+            "--from-beginning",
+            "--max-messages",
+            "3",
+        ],
         "",
     );
-    assert_eq!(o.stdout.lines().collect::<Vec<_>>(), vec!["line 0", "line 1", "line 2"]);
+    assert_eq!(
+        o.stdout.lines().collect::<Vec<_>>(),
+        vec!["line 0", "line 1", "line 2"]
+    );
 }
 
 #[test]
@@ -186,22 +280,51 @@ fn produce_to_three_partitions_spreads_by_key() {
     let broker = Broker::start();
     let bs = broker.bootstrap();
     ok(
-        &["topics", "create", "--bootstrap-server", &bs, "--topic", "t3", "--partitions", "3"],
+        &[
+            "topics",
+            "create",
+            "--bootstrap-server",
+            &bs,
+            "--topic",
+            "t3",
+            "--partitions",
+            "3",
+        ],
         "",
     );
     wait_for_topic(&broker, "t3", 3);
     let input: String = (0..300).map(|i| format!("key{i}:v{i}\n")).collect();
-    ok(&["produce", "t3", "--bootstrap-server", &bs, "--key-separator", ":"], &input);
+    ok(
+        &[
+            "produce",
+            "t3",
+            "--bootstrap-server",
+            &bs,
+            "--key-separator",
+            ":",
+        ],
+        &input,
+    );
     let c = consumer(&broker);
     let mut total = 0;
     for p in 0..3 {
-        let (lo, hi) = c.fetch_watermarks("t3", p, Duration::from_secs(20)).unwrap();
+        let (lo, hi) = c
+            .fetch_watermarks("t3", p, Duration::from_secs(20))
+            .unwrap();
         assert_eq!(lo, 0);
         total += hi;
     }
     assert_eq!(total, 300);
     let o = ok(
-        &["consume", "t3", "--bootstrap-server", &bs, "--from-beginning", "--max-messages", "300"],
+        &[
+            "consume",
+            "t3",
+            "--bootstrap-server",
+            &bs,
+            "--from-beginning",
+            "--max-messages",
+            "300",
+        ],
         "",
     );
     let mut got: Vec<&str> = o.stdout.lines().collect();
@@ -232,6 +355,15 @@ fn server_rejects_bad_flags_and_busy_port() {
     std::fs::write(&file, b"x").unwrap();
     let port = free_port().to_string();
     let listen = format!("127.0.0.1:{port}");
-    let o = strom(&["server", "--listen", &listen, "--data-dir", file.to_str().unwrap()], "");
+    let o = strom(
+        &[
+            "server",
+            "--listen",
+            &listen,
+            "--data-dir",
+            file.to_str().unwrap(),
+        ],
+        "",
+    );
     assert_ne!(o.code, Some(0), "a data dir that is a file must fail");
 }

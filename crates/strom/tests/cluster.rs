@@ -48,7 +48,13 @@ impl Cluster {
             .join(",");
         let mut c = Cluster {
             dir: tempfile::tempdir().unwrap(),
-            nodes: (1..=n).map(|id| Node { id, port: free_port(), child: None }).collect(),
+            nodes: (1..=n)
+                .map(|id| Node {
+                    id,
+                    port: free_port(),
+                    child: None,
+                })
+                .collect(),
             quorum,
             controller_ports,
             settings: settings.iter().map(|s| s.to_string()).collect(),
@@ -79,7 +85,10 @@ impl Cluster {
             .arg("server")
             .args(["--node-id", &node.id.to_string()])
             .args(["--listen", &format!("127.0.0.1:{}", node.port)])
-            .args(["--controller-listen", &format!("127.0.0.1:{}", self.controller_ports[&node.id])])
+            .args([
+                "--controller-listen",
+                &format!("127.0.0.1:{}", self.controller_ports[&node.id]),
+            ])
             .args(["--controller-quorum", &self.quorum])
             .arg("--data-dir")
             .arg(&dir)
@@ -96,7 +105,11 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(30);
         let addr = format!("127.0.0.1:{}", self.nodes[i].port);
         while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(Instant::now() < deadline, "node {} never listened", self.nodes[i].id);
+            assert!(
+                Instant::now() < deadline,
+                "node {} never listened",
+                self.nodes[i].id
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -135,9 +148,14 @@ impl Cluster {
         self.nodes
             .iter()
             .map(|n| {
-                let log = std::fs::read_to_string(self.data_dir(n.id).join("server.log")).unwrap_or_default();
+                let log = std::fs::read_to_string(self.data_dir(n.id).join("server.log"))
+                    .unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(40).collect();
-                format!("--- node {} ---\n{}", n.id, tail.into_iter().rev().collect::<Vec<_>>().join("\n"))
+                format!(
+                    "--- node {} ---\n{}",
+                    n.id,
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                )
             })
             .collect::<Vec<_>>()
             .join("\n")
@@ -161,7 +179,9 @@ impl Drop for Cluster {
 /// (brokers, controller id, partition -> leader) as `node` reports them.
 fn metadata(c: &Cluster, node: i32, topic: &str) -> (Vec<i32>, i32, BTreeMap<i32, i32>) {
     let consumer: BaseConsumer = c.config(&[node]).create().unwrap();
-    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("metadata");
+    let md = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("metadata");
     let brokers = md.brokers().iter().map(|b| b.id()).collect();
     let leaders = md
         .topics()
@@ -177,11 +197,22 @@ fn admin_controller(c: &Cluster, node: i32) -> i32 {
     use strom_protocol::kafka::messages::{ApiKey, MetadataRequest, MetadataResponse};
     let port = c.nodes.iter().find(|n| n.id == node).unwrap().port;
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let resp: MetadataResponse = common::raw_call(&mut s, ApiKey::Metadata, 12, &MetadataRequest::default().with_topics(Some(vec![])));
+    let resp: MetadataResponse = common::raw_call(
+        &mut s,
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default().with_topics(Some(vec![])),
+    );
     resp.controller_id.0
 }
 
-fn create_topic(c: &Cluster, via: &[i32], name: &str, partitions: i32, rf: i32) -> Result<(), String> {
+fn create_topic(
+    c: &Cluster,
+    via: &[i32],
+    name: &str,
+    partitions: i32,
+    rf: i32,
+) -> Result<(), String> {
     let admin: AdminClient<DefaultClientContext> = c.config(via).create().unwrap();
     let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(rf));
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
@@ -234,7 +265,8 @@ fn consume_count(c: &Cluster, via: &[i32], topic: &str, partitions: i32, expect:
     let consumer: BaseConsumer = consumer_config(c, via).create().unwrap();
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
     }
     consumer.assign(&tpl).unwrap();
     let mut seen = std::collections::HashSet::new();
@@ -274,12 +306,16 @@ fn three_nodes_share_metadata_and_survive_a_controller_kill() {
     create_topic(&c, &[2], "spread", 6, 1).unwrap();
     let leaders = eventually("the topic on every node", || {
         let views: Vec<_> = (1..=3).map(|n| metadata(&c, n, "spread")).collect();
-        let same = views.iter().all(|v| v.2.len() == 6 && v.2 == views[0].2 && v.1 == views[0].1);
+        let same = views
+            .iter()
+            .all(|v| v.2.len() == 6 && v.2 == views[0].2 && v.1 == views[0].1);
         same.then(|| views[0].2.clone())
     });
     let led: std::collections::BTreeSet<i32> = leaders.values().copied().collect();
     assert_eq!(led.len(), 3, "leaders spread over the brokers: {leaders:?}");
-    assert!(create_topic(&c, &[1], "too-many", 3, 4).unwrap_err().contains("InvalidReplicationFactor"));
+    assert!(create_topic(&c, &[1], "too-many", 3, 4)
+        .unwrap_err()
+        .contains("InvalidReplicationFactor"));
 
     step("topic everywhere");
     produce(&c, "spread", 3000);
@@ -296,7 +332,9 @@ fn three_nodes_share_metadata_and_survive_a_controller_kill() {
         (ids.iter().all(|&i| i > 0 && i != old && i == ids[0])).then_some(ids[0])
     });
     assert_ne!(new, old);
-    eventually("a topic created after the failover", || create_topic(&c, &others, "after", 2, 1).ok());
+    eventually("a topic created after the failover", || {
+        create_topic(&c, &others, "after", 2, 1).ok()
+    });
 
     step("failover done");
     // The killed node restarts, catches up on the metadata log and serves its partitions again.
@@ -309,17 +347,28 @@ fn three_nodes_share_metadata_and_survive_a_controller_kill() {
 
 /// The log of `topic`-0 on `node`, up to `hw` bytes worth of whole batches.
 fn log_bytes(c: &Cluster, node: i32, topic: &str) -> Vec<u8> {
-    std::fs::read(c.data_dir(node).join(format!("{topic}-0")).join("00000000000000000000.log")).unwrap_or_default()
+    std::fs::read(
+        c.data_dir(node)
+            .join(format!("{topic}-0"))
+            .join("00000000000000000000.log"),
+    )
+    .unwrap_or_default()
 }
 
 #[test]
 fn leader_kill_under_acks_all_loses_nothing() {
     let mut c = Cluster::start_with(
         3,
-        &["broker.session.timeout.ms=3000", "broker.heartbeat.interval.ms=500", "replica.fetch.wait.max.ms=100"],
+        &[
+            "broker.session.timeout.ms=3000",
+            "broker.heartbeat.interval.ms=500",
+            "replica.fetch.wait.max.ms=100",
+        ],
     );
     eventually("all brokers registered", || {
-        (1..=3).all(|n| metadata(&c, n, "").0.len() == 3).then_some(())
+        (1..=3)
+            .all(|n| metadata(&c, n, "").0.len() == 3)
+            .then_some(())
     });
     let admin: AdminClient<DefaultClientContext> = c.config(&[1, 2, 3]).create().unwrap();
     let topic = NewTopic::new("r3", 1, TopicReplication::Fixed(3)).set("min.insync.replicas", "2");
@@ -370,28 +419,44 @@ fn leader_kill_under_acks_all_loses_nothing() {
     }
     assert_eq!(p.flush(Duration::from_secs(90)), Ok(()));
     let acked = acked.lock().unwrap().clone();
-    assert_eq!(acked.len(), N, "every record acknowledged (idempotent retries)");
+    assert_eq!(
+        acked.len(),
+        N,
+        "every record acknowledged (idempotent retries)"
+    );
     let survivors: Vec<i32> = (1..=3).filter(|&n| n != leader).collect();
     let new_leader = metadata(&c, survivors[0], "r3").2[&0];
-    assert!(survivors.contains(&new_leader), "a new leader from the ISR: {new_leader}");
+    assert!(
+        survivors.contains(&new_leader),
+        "a new leader from the ISR: {new_leader}"
+    );
 
     // Every acknowledged record exactly once, in order, at its acknowledged offset.
     let consumer: BaseConsumer = consumer_config(&c, &survivors).create().unwrap();
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset("r3", 0, Offset::Beginning).unwrap();
+    tpl.add_partition_offset("r3", 0, Offset::Beginning)
+        .unwrap();
     consumer.assign(&tpl).unwrap();
     let mut got: Vec<(i64, String)> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     while got.len() < N && Instant::now() < deadline {
         if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
-            got.push((m.offset(), String::from_utf8(m.payload().unwrap().to_vec()).unwrap()));
+            got.push((
+                m.offset(),
+                String::from_utf8(m.payload().unwrap().to_vec()).unwrap(),
+            ));
         }
     }
     assert_eq!(got.len(), N, "records in the topic");
     let values: Vec<&str> = got.iter().map(|(_, v)| v.as_str()).collect();
     let expect: Vec<String> = (0..N).map(|i| format!("seq-{i}")).collect();
-    assert_eq!(values, expect.iter().map(String::as_str).collect::<Vec<_>>(), "no duplicate, no reordering, no loss");
-    let by_value: std::collections::HashMap<&str, i64> = got.iter().map(|(o, v)| (v.as_str(), *o)).collect();
+    assert_eq!(
+        values,
+        expect.iter().map(String::as_str).collect::<Vec<_>>(),
+        "no duplicate, no reordering, no loss"
+    );
+    let by_value: std::collections::HashMap<&str, i64> =
+        got.iter().map(|(o, v)| (v.as_str(), *o)).collect();
     for (off, v) in &acked {
         assert_eq!(by_value[v.as_str()], *off, "{v} at its acknowledged offset");
     }

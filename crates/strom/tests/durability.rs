@@ -68,11 +68,19 @@ fn clean_restart_keeps_everything_in_kafka_layout() {
         "00000000000000000000.index",
         "00000000000000000000.timeindex",
     ] {
-        assert!(files.iter().any(|x| x == f), "{} lacks {f}; has {files:?}", dir.display());
+        assert!(
+            files.iter().any(|x| x == f),
+            "{} lacks {f}; has {files:?}",
+            dir.display()
+        );
     }
     for p in 0..3 {
         let d = broker.partition_dir("dur3", p);
-        assert!(d.join("00000000000000000000.log").is_file(), "{} has no first segment", d.display());
+        assert!(
+            d.join("00000000000000000000.log").is_file(),
+            "{} has no first segment",
+            d.display()
+        );
     }
     // The log holds whole batches, the last one ending exactly at the end of the file.
     let bytes = fs::read(dir.join("00000000000000000000.log")).unwrap();
@@ -135,7 +143,7 @@ fn sigkill_mid_stream_keeps_every_acknowledged_record_once() {
             send_one(&p, TOPIC, i, r);
             i += 1;
             sent2.store(i, Ordering::SeqCst);
-            if i % 100 == 0 {
+            if i.is_multiple_of(100) {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
@@ -147,7 +155,11 @@ fn sigkill_mid_stream_keeps_every_acknowledged_record_once() {
     // Let some records be acknowledged, then crash the broker while the stream is running.
     let deadline = Instant::now() + Duration::from_secs(60);
     while reports.ok_count() < 5_000 {
-        assert!(Instant::now() < deadline, "only {} records acknowledged in 60 s", reports.ok_count());
+        assert!(
+            Instant::now() < deadline,
+            "only {} records acknowledged in 60 s",
+            reports.ok_count()
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     broker.kill();
@@ -171,7 +183,11 @@ fn sigkill_mid_stream_keeps_every_acknowledged_record_once() {
     broker.restart();
     let (lo, hi) = watermarks(&broker, TOPIC, 0);
     assert_eq!(lo, 0);
-    assert!(hi >= acked.len() as i64, "log end {hi} < {} acknowledged records", acked.len());
+    assert!(
+        hi >= acked.len() as i64,
+        "log end {hi} < {} acknowledged records",
+        acked.len()
+    );
     let got = consume_all(&broker, TOPIC, 0);
     assert_contiguous(&got, 0);
 
@@ -183,13 +199,24 @@ fn sigkill_mid_stream_keeps_every_acknowledged_record_once() {
             .unwrap()
             .parse()
             .unwrap();
-        assert_eq!(r.value.as_deref(), Some(&value_of(seq)[..]), "value of record seq {seq}");
-        assert!(at.insert(seq, r.offset).is_none(), "record seq {seq} stored twice");
+        assert_eq!(
+            r.value.as_deref(),
+            Some(&value_of(seq)[..]),
+            "value of record seq {seq}"
+        );
+        assert!(
+            at.insert(seq, r.offset).is_none(),
+            "record seq {seq} stored twice"
+        );
     }
     let mut last = -1i64;
     for &(i, o) in &acked {
         let found = at.get(&i).copied();
-        assert_eq!(found, Some(o), "acknowledged record {i} (reported offset {o}) after restart");
+        assert_eq!(
+            found,
+            Some(o),
+            "acknowledged record {i} (reported offset {o}) after restart"
+        );
         assert!(o > last, "acknowledged records out of order at {i}");
         last = o;
     }
@@ -222,11 +249,16 @@ fn torn_batch_is_truncated_on_recovery() {
     let st = broker.stop();
     assert_clean_exit(st);
 
-    let seg = broker.partition_dir(TOPIC, 0).join("00000000000000000000.log");
+    let seg = broker
+        .partition_dir(TOPIC, 0)
+        .join("00000000000000000000.log");
     let bytes = fs::read(&seg).unwrap();
     let (batches, trailing) = segment_batches(&bytes);
     assert_eq!(trailing, 0);
-    assert!(batches.len() >= 2, "expected several batches, found {batches:?}");
+    assert!(
+        batches.len() >= 2,
+        "expected several batches, found {batches:?}"
+    );
     let &(pos, base, size) = batches.last().unwrap();
     assert_eq!(pos + size, bytes.len());
     // Cut the last batch a few bytes before its end.
@@ -255,7 +287,10 @@ fn torn_batch_is_truncated_on_recovery() {
     assert_records_eq(&got, &recs[..base as usize]);
     // The file was truncated back to the end of the last whole batch.
     let len = fs::metadata(&seg).unwrap().len();
-    assert!(len == pos as u64, "segment is {len} bytes after recovery, expected {pos}");
+    assert!(
+        len == pos as u64,
+        "segment is {len} bytes after recovery, expected {pos}"
+    );
 
     // New records continue at the torn batch's base offset.
     let more = numbered(30, 1_000);

@@ -13,10 +13,13 @@ use bytes::Bytes;
 use common::*;
 use strom_protocol::kafka::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use strom_protocol::kafka::messages::{
-    ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, TopicName,
+    ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
+    TopicName,
 };
 use strom_protocol::kafka::protocol::StrBytes;
-use strom_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use strom_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 
 const TOPIC: &str = "idem";
 const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
@@ -103,7 +106,10 @@ fn check_dedup(broker: &Broker, pid: i64, offsets: &[i64]) {
         assert_eq!((err, off), (0, offsets[i as usize]), "retry of batch {i}");
     }
     let (err, _) = produce(&mut s, batch(pid, 0, 0, 3));
-    assert_eq!(err, OUT_OF_ORDER_SEQUENCE_NUMBER, "batch older than the last five");
+    assert_eq!(
+        err, OUT_OF_ORDER_SEQUENCE_NUMBER,
+        "batch older than the last five"
+    );
     let (err, _) = produce(&mut s, batch(pid, 0, 19, 1));
     assert_eq!(err, OUT_OF_ORDER_SEQUENCE_NUMBER, "gap after sequence 17");
     assert_eq!(watermarks(broker, TOPIC, 0), before, "nothing written");
@@ -139,21 +145,37 @@ fn duplicates_and_gaps_before_and_after_restarts() {
     broker.kill();
     broker.restart();
     let mut s = connect(&broker);
-    assert_eq!(produce(&mut s, batch(pid, 0, 18, 3)), (0, 22), "retry after SIGKILL");
-    assert_eq!(produce(&mut s, batch(pid, 0, 22, 1)).0, OUT_OF_ORDER_SEQUENCE_NUMBER);
+    assert_eq!(
+        produce(&mut s, batch(pid, 0, 18, 3)),
+        (0, 22),
+        "retry after SIGKILL"
+    );
+    assert_eq!(
+        produce(&mut s, batch(pid, 0, 22, 1)).0,
+        OUT_OF_ORDER_SEQUENCE_NUMBER
+    );
     assert_eq!(produce(&mut s, batch(pid, 0, 21, 1)), (0, 25));
 
     // A new epoch must start at sequence 0; afterwards the old epoch is fenced.
-    assert_eq!(produce(&mut s, batch(pid, 1, 5, 1)).0, OUT_OF_ORDER_SEQUENCE_NUMBER);
+    assert_eq!(
+        produce(&mut s, batch(pid, 1, 5, 1)).0,
+        OUT_OF_ORDER_SEQUENCE_NUMBER
+    );
     assert_eq!(produce(&mut s, batch(pid, 1, 0, 1)), (0, 26));
-    assert_eq!(produce(&mut s, batch(pid, 0, 22, 1)).0, INVALID_PRODUCER_EPOCH);
+    assert_eq!(
+        produce(&mut s, batch(pid, 0, 22, 1)).0,
+        INVALID_PRODUCER_EPOCH
+    );
     assert_eq!(watermarks(&broker, TOPIC, 0), (0, 27));
 
     // The snapshot files are Kafka's: named by offset in the partition directory.
     drop(s);
     assert_clean_exit(broker.stop());
     let files = list_files(&broker.partition_dir(TOPIC, 0));
-    assert!(files.iter().any(|f| f == "00000000000000000027.snapshot"), "{files:?}");
+    assert!(
+        files.iter().any(|f| f == "00000000000000000027.snapshot"),
+        "{files:?}"
+    );
 }
 
 #[test]
@@ -172,7 +194,10 @@ fn producer_ids_unique_across_blocks_and_restarts() {
     let mut s = connect(&broker);
     for _ in 0..300 {
         let (pid, _) = init_producer_id(&mut s);
-        assert!(seen.insert(pid), "producer id {pid} issued twice after restart");
+        assert!(
+            seen.insert(pid),
+            "producer id {pid} issued twice after restart"
+        );
     }
     assert_eq!(seen.len(), 1500);
 }

@@ -4,7 +4,9 @@
 mod common;
 
 use common::*;
-use strom_protocol::kafka::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
+use strom_protocol::kafka::messages::delete_records_request::{
+    DeleteRecordsPartition, DeleteRecordsTopic,
+};
 use strom_protocol::kafka::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
@@ -24,7 +26,8 @@ fn delete_records(broker: &Broker, offset: i64) -> (i16, i64) {
             .with_partitions(vec![DeleteRecordsPartition::default()
                 .with_partition_index(0)
                 .with_offset(offset)])]);
-    let resp: DeleteRecordsResponse = raw_call(&mut connect(broker), ApiKey::DeleteRecords, 2, &req);
+    let resp: DeleteRecordsResponse =
+        raw_call(&mut connect(broker), ApiKey::DeleteRecords, 2, &req);
     let p = &resp.topics[0].partitions[0];
     (p.error_code, p.low_watermark)
 }
@@ -50,7 +53,8 @@ fn first_offset_from_beginning(broker: &Broker) -> i64 {
     use rdkafka::Message;
     let c = consumer(broker);
     let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(TOPIC, 0, rdkafka::Offset::Beginning).unwrap();
+    tpl.add_partition_offset(TOPIC, 0, rdkafka::Offset::Beginning)
+        .unwrap();
     c.assign(&tpl).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while std::time::Instant::now() < deadline {
@@ -66,7 +70,12 @@ fn delete_records_moves_the_low_watermark_and_survives_restart() {
     let mut broker = Broker::start_with(&["log.segment.bytes=2000"]);
     create_topic(&broker, TOPIC, 1, &[]);
     let recs = simple_records("lw", 200, Some(0));
-    produce_ok(&broker, TOPIC, &[("linger.ms", "0"), ("batch.num.messages", "10")], &recs);
+    produce_ok(
+        &broker,
+        TOPIC,
+        &[("linger.ms", "0"), ("batch.num.messages", "10")],
+        &recs,
+    );
     assert_eq!(watermarks(&broker, TOPIC, 0), (0, 200));
 
     assert_eq!(delete_records(&broker, 50), (0, 50));
@@ -98,5 +107,7 @@ fn offset_for_leader_epoch_answers_from_the_epoch_cache() {
     broker.kill();
     broker.restart();
     assert_eq!(end_offset_for(&broker, 0, 0), (0, 0, 30));
-    assert!(list_files(&broker.partition_dir(TOPIC, 0)).iter().any(|f| f == "leader-epoch-checkpoint"));
+    assert!(list_files(&broker.partition_dir(TOPIC, 0))
+        .iter()
+        .any(|f| f == "leader-epoch-checkpoint"));
 }

@@ -14,7 +14,10 @@ use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }
 
 fn create_result(
@@ -41,7 +44,11 @@ fn admin_create_topics_validate_duplicate_invalid() {
         NewTopic::new("only-validated", 3, TopicReplication::Fixed(1)),
         true,
     );
-    assert_eq!(r, Ok("only-validated".to_string()), "validate_only CreateTopics");
+    assert_eq!(
+        r,
+        Ok("only-validated".to_string()),
+        "validate_only CreateTopics"
+    );
     let md = consumer(&broker)
         .fetch_metadata(None, Duration::from_secs(20))
         .expect("metadata");
@@ -54,14 +61,22 @@ fn admin_create_topics_validate_duplicate_invalid() {
     create_topic(&broker, "created", 3, &[]);
 
     // Duplicate.
-    let r = create_result(&broker, NewTopic::new("created", 3, TopicReplication::Fixed(1)), false);
+    let r = create_result(
+        &broker,
+        NewTopic::new("created", 3, TopicReplication::Fixed(1)),
+        false,
+    );
     assert_eq!(
         r,
         Err(("created".to_string(), RDKafkaErrorCode::TopicAlreadyExists)),
         "duplicate CreateTopics"
     );
     // Duplicate with validate_only is also reported.
-    let r = create_result(&broker, NewTopic::new("created", 1, TopicReplication::Fixed(1)), true);
+    let r = create_result(
+        &broker,
+        NewTopic::new("created", 1, TopicReplication::Fixed(1)),
+        true,
+    );
     assert_eq!(
         r,
         Err(("created".to_string(), RDKafkaErrorCode::TopicAlreadyExists)),
@@ -71,7 +86,11 @@ fn admin_create_topics_validate_duplicate_invalid() {
     // Invalid names (Kafka's rules: [a-zA-Z0-9._-]{1,249}, not "." or "..").
     let long = "x".repeat(250);
     for bad in ["bad name", "bad/name", "..", ".", long.as_str(), "ümlaut"] {
-        let r = create_result(&broker, NewTopic::new(bad, 1, TopicReplication::Fixed(1)), false);
+        let r = create_result(
+            &broker,
+            NewTopic::new(bad, 1, TopicReplication::Fixed(1)),
+            false,
+        );
         assert_eq!(
             r,
             Err((bad.to_string(), RDKafkaErrorCode::InvalidTopic)),
@@ -100,7 +119,9 @@ fn metadata_lists_broker_and_partitions() {
     let broker = Broker::start();
     create_topic(&broker, "meta", 3, &[]);
     let c = consumer(&broker);
-    let md = c.fetch_metadata(None, Duration::from_secs(20)).expect("metadata");
+    let md = c
+        .fetch_metadata(None, Duration::from_secs(20))
+        .expect("metadata");
     assert_eq!(md.brokers().len(), 1, "one broker");
     let b = &md.brokers()[0];
     assert_eq!(b.id(), 1, "default node id");
@@ -118,7 +139,12 @@ fn metadata_lists_broker_and_partitions() {
     ids.sort();
     assert_eq!(ids, vec![0, 1, 2]);
     for p in t.partitions() {
-        assert!(p.error().is_none(), "partition {} error {:?}", p.id(), p.error());
+        assert!(
+            p.error().is_none(),
+            "partition {} error {:?}",
+            p.id(),
+            p.error()
+        );
         assert_eq!(p.leader(), 1, "leader of partition {}", p.id());
         assert_eq!(p.replicas(), &[1], "replicas of partition {}", p.id());
         assert_eq!(p.isr(), &[1], "isr of partition {}", p.id());
@@ -182,10 +208,17 @@ fn produce_consume_100k_keyed_lz4_with_headers() {
     let mut ends = HashMap::new();
     for (p, v) in &by_part {
         for (j, &(o, _)) in v.iter().enumerate() {
-            assert_eq!(o, j as i64, "partition {p}: delivery offsets must be 0..n in send order");
+            assert_eq!(
+                o, j as i64,
+                "partition {p}: delivery offsets must be 0..n in send order"
+            );
         }
         ends.insert(*p, v.len() as i64);
-        assert_eq!(watermarks(&broker, TOPIC, *p), (0, v.len() as i64), "watermarks of partition {p}");
+        assert_eq!(
+            watermarks(&broker, TOPIC, *p),
+            (0, v.len() as i64),
+            "watermarks of partition {p}"
+        );
     }
 
     let got = consume_until(&broker, TOPIC, &ends, Duration::from_secs(180));
@@ -221,7 +254,11 @@ fn every_compression_codec_round_trips() {
         let recs: Vec<OutRec> = (0..3000)
             .map(|i| OutRec {
                 partition: Some(0),
-                key: if i % 5 == 0 { None } else { Some(format!("k{i}").into_bytes()) },
+                key: if i % 5 == 0 {
+                    None
+                } else {
+                    Some(format!("k{i}").into_bytes())
+                },
                 value: Some(format!("{codec} payload {i} {}", "abc".repeat(i % 40)).into_bytes()),
                 headers: vec![("codec".to_string(), Some(codec.as_bytes().to_vec()))],
                 timestamp: None,
@@ -256,42 +293,80 @@ fn list_offsets_by_timestamp_and_watermarks() {
     // Ten produce calls of ten records each, so timestamps are looked up across and within batches.
     let (p, reports) = producer(&broker, &[("linger.ms", "50")]);
     for chunk in 0..10 {
-        for i in chunk * 10..chunk * 10 + 10 {
-            send_one(&p, TOPIC, i, &recs[i]);
+        for (i, r) in recs.iter().enumerate().skip(chunk * 10).take(10) {
+            send_one(&p, TOPIC, i, r);
         }
         rdkafka::producer::Producer::flush(&p, Duration::from_secs(30)).expect("flush");
     }
     let snap = reports.snapshot();
     for i in 0..100 {
-        assert_eq!(snap.get(&i), Some(&Ok((0, i as i64))), "delivery of record {i}");
+        assert_eq!(
+            snap.get(&i),
+            Some(&Ok((0, i as i64))),
+            "delivery of record {i}"
+        );
     }
 
     let c = consumer(&broker);
     assert_eq!(
-        c.fetch_watermarks(TOPIC, 0, Duration::from_secs(20)).unwrap(),
+        c.fetch_watermarks(TOPIC, 0, Duration::from_secs(20))
+            .unwrap(),
         (0, 100),
         "earliest/latest"
     );
 
     let lookup = |ts: i64| -> Offset {
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(TOPIC, 0, Offset::Offset(ts)).unwrap();
+        tpl.add_partition_offset(TOPIC, 0, Offset::Offset(ts))
+            .unwrap();
         let r = c
             .offsets_for_times(tpl, Duration::from_secs(20))
             .unwrap_or_else(|e| panic!("offsets_for_times({ts}): {e}"));
         let e = r.find_partition(TOPIC, 0).expect("partition in answer");
-        assert!(e.error().is_ok(), "offsets_for_times({ts}) error {:?}", e.error());
+        assert!(
+            e.error().is_ok(),
+            "offsets_for_times({ts}) error {:?}",
+            e.error()
+        );
         e.offset()
     };
-    assert_eq!(lookup(base - 10_000), Offset::Offset(0), "before all records");
-    assert_eq!(lookup(base), Offset::Offset(0), "exactly the first timestamp");
+    assert_eq!(
+        lookup(base - 10_000),
+        Offset::Offset(0),
+        "before all records"
+    );
+    assert_eq!(
+        lookup(base),
+        Offset::Offset(0),
+        "exactly the first timestamp"
+    );
     assert_eq!(lookup(base + 1), Offset::Offset(1), "just after the first");
-    assert_eq!(lookup(base + 37_000), Offset::Offset(37), "exact match inside a batch");
-    assert_eq!(lookup(base + 36_500), Offset::Offset(37), "between two records");
-    assert_eq!(lookup(base + 40_000), Offset::Offset(40), "first record of a batch");
-    assert_eq!(lookup(base + 39_999), Offset::Offset(40), "just before a batch");
+    assert_eq!(
+        lookup(base + 37_000),
+        Offset::Offset(37),
+        "exact match inside a batch"
+    );
+    assert_eq!(
+        lookup(base + 36_500),
+        Offset::Offset(37),
+        "between two records"
+    );
+    assert_eq!(
+        lookup(base + 40_000),
+        Offset::Offset(40),
+        "first record of a batch"
+    );
+    assert_eq!(
+        lookup(base + 39_999),
+        Offset::Offset(40),
+        "just before a batch"
+    );
     assert_eq!(lookup(base + 99_000), Offset::Offset(99), "last record");
-    assert_eq!(lookup(base + 99_001), Offset::End, "after all records: no offset (-1)");
+    assert_eq!(
+        lookup(base + 99_001),
+        Offset::End,
+        "after all records: no offset (-1)"
+    );
 
     let got = consume_all(&broker, TOPIC, 0);
     assert_contiguous(&got, 0);

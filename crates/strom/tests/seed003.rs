@@ -21,7 +21,10 @@ fn send_25(broker: &Broker, idempotence: bool, tag: &str) {
     let (p, reports) = producer(
         broker,
         &[
-            ("enable.idempotence", if idempotence { "true" } else { "false" }),
+            (
+                "enable.idempotence",
+                if idempotence { "true" } else { "false" },
+            ),
             ("linger.ms", "0"),
         ],
     );
@@ -35,7 +38,11 @@ fn send_25(broker: &Broker, idempotence: bool, tag: &str) {
         send_one(&p, TOPIC, i, &r);
         rdkafka::producer::Producer::flush(&p, Duration::from_secs(30)).expect("flush");
     }
-    assert_eq!(reports.ok_count(), PER_PRODUCER, "{tag}: every record acknowledged");
+    assert_eq!(
+        reports.ok_count(),
+        PER_PRODUCER,
+        "{tag}: every record acknowledged"
+    );
 }
 
 /// `(producerId, baseSequence)` of every batch line a dump-log prints, in log order.
@@ -44,7 +51,9 @@ fn batches(dump: &str) -> Vec<(i64, i32)> {
         .filter(|l| l.starts_with("baseOffset:"))
         .map(|l| {
             let field = |name: &str| -> i64 {
-                let at = l.find(&format!(" {name}: ")).unwrap_or_else(|| panic!("{name} in {l}"));
+                let at = l
+                    .find(&format!(" {name}: "))
+                    .unwrap_or_else(|| panic!("{name} in {l}"));
                 l[at + name.len() + 3..]
                     .split_whitespace()
                     .next()
@@ -60,7 +69,11 @@ fn batches(dump: &str) -> Vec<(i64, i32)> {
 
 fn check(dump: &str, tool: &str) -> Vec<(i64, i32)> {
     let got = batches(dump);
-    assert_eq!(got.len(), 3 * PER_PRODUCER, "{tool}: one batch per record:\n{dump}");
+    assert_eq!(
+        got.len(),
+        3 * PER_PRODUCER,
+        "{tool}: one batch per record:\n{dump}"
+    );
     let mut by_producer: BTreeMap<i64, Vec<i32>> = BTreeMap::new();
     for (pid, seq) in &got {
         by_producer.entry(*pid).or_default().push(*seq);
@@ -71,10 +84,17 @@ fn check(dump: &str, tool: &str) -> Vec<(i64, i32)> {
     // Log order: first instance, second instance, then idempotence off.
     let first = got[0].0;
     let second = got[PER_PRODUCER].0;
-    assert!(first >= 0 && second >= 0 && first != second, "{tool}: {first} {second}");
+    assert!(
+        first >= 0 && second >= 0 && first != second,
+        "{tool}: {first} {second}"
+    );
     assert_eq!(by_producer[&first], expect, "{tool}: first instance");
     assert_eq!(by_producer[&second], expect, "{tool}: second instance");
-    assert_eq!(by_producer[&-1], vec![-1; PER_PRODUCER], "{tool}: idempotence off");
+    assert_eq!(
+        by_producer[&-1],
+        vec![-1; PER_PRODUCER],
+        "{tool}: idempotence off"
+    );
     got
 }
 
@@ -98,7 +118,9 @@ fn two_idempotent_producers_and_one_without() {
     send_25(&broker, false, "plain");
     assert_clean_exit(broker.stop());
 
-    let log = broker.partition_dir(TOPIC, 0).join("00000000000000000000.log");
+    let log = broker
+        .partition_dir(TOPIC, 0)
+        .join("00000000000000000000.log");
     let ours = run(Command::new(env!("CARGO_BIN_EXE_strom"))
         .arg("dump-log")
         .arg("--files")

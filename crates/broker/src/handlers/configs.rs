@@ -180,7 +180,11 @@ async fn alter_one(
                     c.config_operation
                 ))));
         };
-        ops.push((c.name.to_string(), op, c.value.as_ref().map(|v| v.to_string())));
+        ops.push((
+            c.name.to_string(),
+            op,
+            c.value.as_ref().map(|v| v.to_string()),
+        ));
     }
     match broker
         .controller

@@ -33,7 +33,11 @@ pub fn handle(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRecordsR
                         return res.with_error_code(ErrorCode::NotLeaderOrFollower.code());
                     }
                     let hw = part.high_watermark();
-                    let target = if p.offset == HIGH_WATERMARK { hw } else { p.offset };
+                    let target = if p.offset == HIGH_WATERMARK {
+                        hw
+                    } else {
+                        p.offset
+                    };
                     if target < 0 || target > hw {
                         return res.with_error_code(ErrorCode::OffsetOutOfRange.code());
                     }

@@ -15,7 +15,10 @@ use strom_protocol::kafka::messages::{
 
 use crate::server::Broker;
 
-pub async fn broker_registration(broker: &Arc<Broker>, req: BrokerRegistrationRequest) -> BrokerRegistrationResponse {
+pub async fn broker_registration(
+    broker: &Arc<Broker>,
+    req: BrokerRegistrationRequest,
+) -> BrokerRegistrationResponse {
     let r = match req.listeners.first() {
         Some(l) => {
             broker
@@ -28,18 +31,28 @@ pub async fn broker_registration(broker: &Arc<Broker>, req: BrokerRegistrationRe
                 )
                 .await
         }
-        None => Err(ControllerError::InvalidRequest("no listener to register".into())),
+        None => Err(ControllerError::InvalidRequest(
+            "no listener to register".into(),
+        )),
     };
     match r {
-        Ok(()) => BrokerRegistrationResponse::default().with_broker_epoch(broker.controller.epoch() as i64),
+        Ok(()) => BrokerRegistrationResponse::default()
+            .with_broker_epoch(broker.controller.epoch() as i64),
         Err(e) => BrokerRegistrationResponse::default()
             .with_error_code(e.code())
             .with_broker_epoch(-1),
     }
 }
 
-pub async fn allocate_producer_ids(broker: &Arc<Broker>, req: AllocateProducerIdsRequest) -> AllocateProducerIdsResponse {
-    match broker.controller.allocate_producer_ids(req.broker_id.0).await {
+pub async fn allocate_producer_ids(
+    broker: &Arc<Broker>,
+    req: AllocateProducerIdsRequest,
+) -> AllocateProducerIdsResponse {
+    match broker
+        .controller
+        .allocate_producer_ids(req.broker_id.0)
+        .await
+    {
         Ok(block) => AllocateProducerIdsResponse::default()
             .with_producer_id_start(ProducerId(block.start))
             .with_producer_id_len(block.len),
@@ -49,25 +62,42 @@ pub async fn allocate_producer_ids(broker: &Arc<Broker>, req: AllocateProducerId
     }
 }
 
-pub async fn alter_partition(broker: &Arc<Broker>, req: AlterPartitionRequest, version: i16) -> AlterPartitionResponse {
+pub async fn alter_partition(
+    broker: &Arc<Broker>,
+    req: AlterPartitionRequest,
+    version: i16,
+) -> AlterPartitionResponse {
     let mut topics = Vec::new();
     for t in req.topics {
         let mut partitions = Vec::new();
         for p in t.partitions {
             let isr: Vec<i32> = if version >= 3 {
-                p.new_isr_with_epochs.iter().map(|b| b.broker_id.0).collect()
+                p.new_isr_with_epochs
+                    .iter()
+                    .map(|b| b.broker_id.0)
+                    .collect()
             } else {
                 p.new_isr.iter().map(|b| b.0).collect()
             };
             let r = broker
                 .controller
-                .alter_partition(req.broker_id.0, t.topic_id, p.partition_index, p.leader_epoch, p.partition_epoch, isr)
+                .alter_partition(
+                    req.broker_id.0,
+                    t.topic_id,
+                    p.partition_index,
+                    p.leader_epoch,
+                    p.partition_epoch,
+                    isr,
+                )
                 .await;
             let mut out = AlterPartitionData::default().with_partition_index(p.partition_index);
             match r {
                 Ok(()) => {
                     let image = broker.image();
-                    if let Some(reg) = image.topic_by_id(&t.topic_id).and_then(|tp| tp.partitions.get(&p.partition_index)) {
+                    if let Some(reg) = image
+                        .topic_by_id(&t.topic_id)
+                        .and_then(|tp| tp.partitions.get(&p.partition_index))
+                    {
                         out = out
                             .with_leader_id(reg.leader.into())
                             .with_leader_epoch(reg.leader_epoch)
@@ -79,16 +109,27 @@ pub async fn alter_partition(broker: &Arc<Broker>, req: AlterPartitionRequest, v
             }
             partitions.push(out);
         }
-        topics.push(AlterTopicData::default().with_topic_id(t.topic_id).with_partitions(partitions));
+        topics.push(
+            AlterTopicData::default()
+                .with_topic_id(t.topic_id)
+                .with_partitions(partitions),
+        );
     }
     AlterPartitionResponse::default().with_topics(topics)
 }
 
-pub async fn broker_heartbeat(broker: &Arc<Broker>, req: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse {
+pub async fn broker_heartbeat(
+    broker: &Arc<Broker>,
+    req: BrokerHeartbeatRequest,
+) -> BrokerHeartbeatResponse {
     let now = crate::monotonic_ms();
     match broker
         .controller
-        .heartbeat(req.broker_id.0, now, broker.config.unclean_leader_election_enable)
+        .heartbeat(
+            req.broker_id.0,
+            now,
+            broker.config.unclean_leader_election_enable,
+        )
         .await
     {
         Ok(fenced) => BrokerHeartbeatResponse::default()

@@ -105,7 +105,7 @@ fn topic_response(image: &MetadataImage, t: &TopicImage) -> MetadataResponseTopi
             let offline: Vec<BrokerId> = reg
                 .replicas
                 .iter()
-                .filter(|r| !image.brokers.get(r).is_some_and(|b| !b.fenced))
+                .filter(|r| image.brokers.get(r).is_none_or(|b| b.fenced))
                 .map(|&r| BrokerId(r))
                 .collect();
             let error = if reg.leader < 0 {

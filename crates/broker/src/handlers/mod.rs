@@ -74,7 +74,10 @@ pub async fn handle(
     }
     let admin = matches!(
         api_key,
-        ApiKey::CreateTopics | ApiKey::DeleteTopics | ApiKey::CreatePartitions | ApiKey::IncrementalAlterConfigs
+        ApiKey::CreateTopics
+            | ApiKey::DeleteTopics
+            | ApiKey::CreatePartitions
+            | ApiKey::IncrementalAlterConfigs
     );
     if admin && !broker.controller.is_active() {
         // Admin requests are decided by the active controller: forward the frame unchanged and
@@ -152,7 +155,8 @@ pub async fn handle(
         }
         ApiKey::IncrementalAlterConfigs => {
             let resp =
-                configs::incremental_alter_configs(broker, body!(IncrementalAlterConfigsRequest)).await;
+                configs::incremental_alter_configs(broker, body!(IncrementalAlterConfigsRequest))
+                    .await;
             encode(api_key, version, corr, &resp)
         }
         ApiKey::OffsetForLeaderEpoch => {
@@ -168,15 +172,18 @@ pub async fn handle(
             encode(api_key, version, corr, &resp)
         }
         ApiKey::BrokerRegistration => {
-            let resp = internal::broker_registration(broker, body!(BrokerRegistrationRequest)).await;
+            let resp =
+                internal::broker_registration(broker, body!(BrokerRegistrationRequest)).await;
             encode(api_key, version, corr, &resp)
         }
         ApiKey::AllocateProducerIds => {
-            let resp = internal::allocate_producer_ids(broker, body!(AllocateProducerIdsRequest)).await;
+            let resp =
+                internal::allocate_producer_ids(broker, body!(AllocateProducerIdsRequest)).await;
             encode(api_key, version, corr, &resp)
         }
         ApiKey::AlterPartition => {
-            let resp = internal::alter_partition(broker, body!(AlterPartitionRequest), version).await;
+            let resp =
+                internal::alter_partition(broker, body!(AlterPartitionRequest), version).await;
             encode(api_key, version, corr, &resp)
         }
         ApiKey::BrokerHeartbeat => {

@@ -11,7 +11,10 @@ use strom_protocol::ErrorCode;
 
 use crate::server::Broker;
 
-pub fn handle(broker: &Arc<Broker>, req: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse {
+pub fn handle(
+    broker: &Arc<Broker>,
+    req: OffsetForLeaderEpochRequest,
+) -> OffsetForLeaderEpochResponse {
     let topics = req
         .topics
         .into_iter()
@@ -40,7 +43,8 @@ pub fn handle(broker: &Arc<Broker>, req: OffsetForLeaderEpochRequest) -> OffsetF
                         };
                         return res.with_error_code(code.code());
                     }
-                    let (epoch, end) = part.with_log(|log| log.end_offset_for_epoch(p.leader_epoch));
+                    let (epoch, end) =
+                        part.with_log(|log| log.end_offset_for_epoch(p.leader_epoch));
                     res.with_leader_epoch(epoch).with_end_offset(end)
                 })
                 .collect();

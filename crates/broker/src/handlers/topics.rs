@@ -43,7 +43,10 @@ pub async fn create_topics(
                 .collect(),
         })
         .collect();
-    let results = broker.controller.create_topics(&specs, req.validate_only).await;
+    let results = broker
+        .controller
+        .create_topics(&specs, req.validate_only)
+        .await;
     let topics = req
         .topics
         .into_iter()

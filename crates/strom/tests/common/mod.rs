@@ -20,12 +20,12 @@ use std::sync::{Arc, Mutex};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 use strom_protocol::kafka::messages::{ApiKey, RequestHeader, ResponseHeader};
 use strom_protocol::kafka::protocol::{Decodable, Encodable, StrBytes};
@@ -209,10 +209,18 @@ impl Broker {
         self.child = Some(child);
         self.starts += 1;
 
-        let timeout = if reference_kafka() { Duration::from_secs(120) } else { START_TIMEOUT };
+        let timeout = if reference_kafka() {
+            Duration::from_secs(120)
+        } else {
+            START_TIMEOUT
+        };
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(st) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(st) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 self.child = None;
                 self.dump_logs();
                 panic!("strom server exited during start-up with {st}");
@@ -223,7 +231,10 @@ impl Broker {
             if Instant::now() > deadline {
                 self.kill();
                 self.dump_logs();
-                panic!("strom server did not accept connections on {} within {timeout:?}", self.bootstrap());
+                panic!(
+                    "strom server did not accept connections on {} within {timeout:?}",
+                    self.bootstrap()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -275,17 +286,35 @@ impl Broker {
             }
             fs::write(&props, text).unwrap();
             let fmt = Command::new("java")
-                .args(["-cp", &cp, "kafka.tools.StorageTool", "format", "--standalone", "-t"])
+                .args([
+                    "-cp",
+                    &cp,
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "--standalone",
+                    "-t",
+                ])
                 .arg("q1Sh-9_ISia_zwGINzRvyQ")
                 .arg("-c")
                 .arg(&props)
                 .output()
                 .expect("kafka StorageTool format");
-            assert!(fmt.status.success(), "format: {}", String::from_utf8_lossy(&fmt.stderr));
+            assert!(
+                fmt.status.success(),
+                "format: {}",
+                String::from_utf8_lossy(&fmt.stderr)
+            );
         }
         let mut cmd = Command::new("java");
-        cmd.args(["-Xmx512m", "-Xms128m", "-XX:+UseG1GC", "-cp", &cp, "kafka.Kafka"])
-            .arg(&props);
+        cmd.args([
+            "-Xmx512m",
+            "-Xms128m",
+            "-XX:+UseG1GC",
+            "-cp",
+            &cp,
+            "kafka.Kafka",
+        ])
+        .arg(&props);
         cmd
     }
 }
@@ -366,7 +395,10 @@ pub fn wait_for_topic(broker: &Broker, topic: &str, partitions: i32) {
                 }
             }
         }
-        assert!(Instant::now() < deadline, "topic {topic} did not appear in metadata");
+        assert!(
+            Instant::now() < deadline,
+            "topic {topic} did not appear in metadata"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -406,7 +438,8 @@ pub fn consume_until(
     let c = consumer(broker);
     let mut tpl = TopicPartitionList::new();
     for &p in ends.keys() {
-        tpl.add_partition_offset(topic, p, Offset::Offset(0)).unwrap();
+        tpl.add_partition_offset(topic, p, Offset::Offset(0))
+            .unwrap();
     }
     c.assign(&tpl).expect("assign");
     let mut out: HashMap<i32, Vec<Rec>> = ends.keys().map(|&p| (p, Vec::new())).collect();
@@ -434,14 +467,16 @@ pub fn consume_until(
                             .collect()
                     })
                     .unwrap_or_default();
-                out.get_mut(&m.partition()).expect("unassigned partition").push(Rec {
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m.key().map(|k| k.to_vec()),
-                    value: m.payload().map(|v| v.to_vec()),
-                    headers,
-                    timestamp: m.timestamp().to_millis(),
-                });
+                out.get_mut(&m.partition())
+                    .expect("unassigned partition")
+                    .push(Rec {
+                        partition: m.partition(),
+                        offset: m.offset(),
+                        key: m.key().map(|k| k.to_vec()),
+                        value: m.payload().map(|v| v.to_vec()),
+                        headers,
+                        timestamp: m.timestamp().to_millis(),
+                    });
             }
         }
     }
@@ -518,7 +553,12 @@ impl Reports {
         self.0.lock().unwrap().len()
     }
     pub fn ok_count(&self) -> usize {
-        self.0.lock().unwrap().values().filter(|r| r.is_ok()).count()
+        self.0
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|r| r.is_ok())
+            .count()
     }
     pub fn snapshot(&self) -> HashMap<usize, Report> {
         self.0.lock().unwrap().clone()
@@ -542,7 +582,10 @@ impl ProducerContext for ReportCtx {
 }
 
 /// A producer with acks=all and the given extra settings, reporting into `Reports`.
-pub fn producer(broker: &Broker, settings: &[(&str, &str)]) -> (ThreadedProducer<ReportCtx>, Reports) {
+pub fn producer(
+    broker: &Broker,
+    settings: &[(&str, &str)],
+) -> (ThreadedProducer<ReportCtx>, Reports) {
     let reports = Reports::default();
     let mut cfg = client_config(broker);
     cfg.set("acks", "all")
@@ -572,7 +615,8 @@ pub fn send_one(p: &ThreadedProducer<ReportCtx>, topic: &str, idx: usize, r: &Ou
         }
         headers = Some(h);
     }
-    let mut rec: BaseRecord<'_, [u8], [u8], Box<usize>> = BaseRecord::with_opaque_to(topic, Box::new(idx));
+    let mut rec: BaseRecord<'_, [u8], [u8], Box<usize>> =
+        BaseRecord::with_opaque_to(topic, Box::new(idx));
     rec.partition = r.partition;
     rec.key = r.key.as_deref();
     rec.payload = r.value.as_deref();
@@ -610,7 +654,11 @@ pub fn produce_all(
     p.flush(Duration::from_secs(120)).expect("flush");
     let snap = reports.snapshot();
     (0..recs.len())
-        .map(|i| snap.get(&i).cloned().unwrap_or_else(|| panic!("no delivery report for record {i}")))
+        .map(|i| {
+            snap.get(&i)
+                .cloned()
+                .unwrap_or_else(|| panic!("no delivery report for record {i}"))
+        })
         .collect()
 }
 
@@ -645,10 +693,23 @@ pub fn assert_records_eq(got: &[Rec], want: &[OutRec]) {
     assert_eq!(got.len(), want.len(), "record count");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert_eq!(g.key, w.key, "key of record {i} (offset {})", g.offset);
-        assert_eq!(g.value, w.value, "value of record {i} (offset {})", g.offset);
-        assert_eq!(g.headers, w.headers, "headers of record {i} (offset {})", g.offset);
+        assert_eq!(
+            g.value, w.value,
+            "value of record {i} (offset {})",
+            g.offset
+        );
+        assert_eq!(
+            g.headers, w.headers,
+            "headers of record {i} (offset {})",
+            g.offset
+        );
         if let Some(ts) = w.timestamp {
-            assert_eq!(g.timestamp, Some(ts), "timestamp of record {i} (offset {})", g.offset);
+            assert_eq!(
+                g.timestamp,
+                Some(ts),
+                "timestamp of record {i} (offset {})",
+                g.offset
+            );
         }
     }
 }
@@ -675,8 +736,13 @@ pub fn decode_response<T: Decodable>(api: ApiKey, version: i16, frame: Vec<u8>) 
     let mut b = bytes::Bytes::from(frame);
     let h = ResponseHeader::decode(&mut b, api.response_header_version(version))
         .unwrap_or_else(|e| panic!("{api:?} v{version} response header: {e}"));
-    let r = T::decode(&mut b, version).unwrap_or_else(|e| panic!("{api:?} v{version} response: {e}"));
-    assert!(b.is_empty(), "{api:?} v{version}: {} trailing bytes in response", b.len());
+    let r =
+        T::decode(&mut b, version).unwrap_or_else(|e| panic!("{api:?} v{version} response: {e}"));
+    assert!(
+        b.is_empty(),
+        "{api:?} v{version}: {} trailing bytes in response",
+        b.len()
+    );
     (h.correlation_id, r)
 }
 
@@ -689,7 +755,12 @@ pub fn expect_frame(s: &mut TcpStream, what: &str, timeout: Duration) -> Vec<u8>
 }
 
 /// One request/response round trip on a raw connection.
-pub fn raw_call<Req: Encodable, Resp: Decodable>(s: &mut TcpStream, api: ApiKey, version: i16, req: &Req) -> Resp {
+pub fn raw_call<Req: Encodable, Resp: Decodable>(
+    s: &mut TcpStream,
+    api: ApiKey,
+    version: i16,
+    req: &Req,
+) -> Resp {
     static CORR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(1000);
     let corr = CORR.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     write_frame(s, &encode_request(api, version, corr, req)).unwrap();
@@ -761,7 +832,8 @@ fn read_exact_or(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<bool> {
 /// Returns true when closed, false on timeout.
 pub fn wait_closed(s: &mut TcpStream, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
-    s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
     let mut buf = [0u8; 4096];
     while Instant::now() < deadline {
         match s.read(&mut buf) {
