@@ -34,6 +34,9 @@ pub async fn serve(
                     buf.advance(4);
                     let payload = buf.split_to(n).freeze();
                     match handlers::handle(&broker, payload).await {
+                        // The common case is one response per read: hand its buffer over
+                        // instead of copying it (a fetch response is mostly record bytes).
+                        Ok(Some(resp)) if out.is_empty() => out = resp,
                         Ok(Some(resp)) => out.extend_from_slice(&resp),
                         Ok(None) => {}
                         Err(e) => {
@@ -55,7 +58,13 @@ pub async fn serve(
             if stream.write_all(&out).await.is_err() {
                 return;
             }
-            out.clear();
+            // Keep a small buffer for the next responses, but not a large fetch's: an idle
+            // connection should not pin megabytes.
+            if out.capacity() > 64 * 1024 {
+                out = BytesMut::new();
+            } else {
+                out.clear();
+            }
         }
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             let need = frame_remaining(&buf).max(READ_CHUNK);
