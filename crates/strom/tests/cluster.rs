@@ -400,7 +400,7 @@ fn leader_kill_under_acks_all_loses_nothing() {
         .set("message.timeout.ms", "60000")
         .create_with_context(Ctx(acked.clone()))
         .unwrap();
-    const N: usize = 20_000;
+    const N: usize = 50_000;
     for i in 0..N {
         if i == N / 4 {
             c.kill(leader);
