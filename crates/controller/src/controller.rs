@@ -392,6 +392,83 @@ impl QuorumController {
         }
     }
 
+    /// ElectLeaders (Kafka's `ReplicationControlManager.electLeaders`): `election_type` 0 is
+    /// PREFERRED, 1 UNCLEAN; `partitions` `None` means every partition, and then partitions that
+    /// need no election are left out of the results, as in Kafka. All changes are committed in
+    /// one batch. Per-partition results carry Kafka codes (`ElectLeadersError::code`).
+    #[allow(clippy::type_complexity)]
+    pub async fn elect_leaders(
+        &self,
+        election_type: i8,
+        partitions: Option<Vec<(String, i32)>>,
+    ) -> Result<Vec<(String, i32, Result<(), crate::partition_change::ElectLeadersError>)>, ControllerError>
+    {
+        use crate::partition_change::{
+            preferred_leader_election, unclean_leader_election, ElectLeadersError,
+        };
+        let _op = self.op_lock.lock().await;
+        self.check_active()?;
+        if election_type != 0 && election_type != 1 {
+            return Err(ControllerError::InvalidRequest(format!(
+                "Unknown election type {election_type}"
+            )));
+        }
+        let image = self.image();
+        let all = partitions.is_none();
+        let targets: Vec<(String, i32)> = match partitions {
+            Some(p) => {
+                let mut seen = HashSet::new();
+                p.into_iter().filter(|x| seen.insert(x.clone())).collect()
+            }
+            None => image
+                .topics
+                .values()
+                .flat_map(|t| t.partitions.keys().map(|&p| (t.name.clone(), p)))
+                .collect(),
+        };
+        let mut records = Vec::new();
+        let mut results = Vec::new();
+        for (topic, partition) in targets {
+            let r = if election_type == 0 {
+                preferred_leader_election(&image, &topic, partition)
+            } else {
+                unclean_leader_election(&image, &topic, partition)
+            };
+            let r = r.map(|recs| records.extend(recs));
+            if all && r == Err(ElectLeadersError::ElectionNotNeeded) {
+                continue;
+            }
+            results.push((topic, partition, r));
+        }
+        self.commit(records).await?;
+        Ok(results)
+    }
+
+    /// `auto.leader.rebalance.enable`: on the active controller, moves leadership back to the
+    /// preferred replica of every partition where that replica can lead (Kafka's
+    /// `maybeBalancePartitionLeaders`), in batches of at most `max` changes. Returns how many
+    /// partitions changed.
+    pub async fn balance_partition_leaders(&self, max: usize) -> usize {
+        let mut changed = 0;
+        loop {
+            let _op = self.op_lock.lock().await;
+            if self.check_active().is_err() {
+                return changed;
+            }
+            let (records, more) =
+                crate::cluster_control::balance_partition_leaders(&self.image(), max.max(1));
+            let n = records.len();
+            if let Err(e) = self.commit(records).await {
+                tracing::warn!(error = %e, "leader rebalance failed");
+                return changed;
+            }
+            changed += n;
+            if !more || n == 0 {
+                return changed;
+            }
+        }
+    }
+
     /// Refuses requests on a standby controller before any validation.
     fn check_active(&self) -> Result<(), ControllerError> {
         if self.is_active() {

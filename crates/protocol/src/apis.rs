@@ -22,6 +22,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::ElectLeaders, 0, 2),
 ];
 
 /// Broker-to-controller APIs: served by the active controller, never advertised to clients.

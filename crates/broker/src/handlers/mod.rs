@@ -6,6 +6,7 @@ mod api_versions;
 mod configs;
 mod delete_records;
 mod describe_cluster;
+mod elect_leaders;
 mod fetch;
 mod init_producer_id;
 mod internal;
@@ -78,6 +79,7 @@ pub async fn handle(
             | ApiKey::DeleteTopics
             | ApiKey::CreatePartitions
             | ApiKey::IncrementalAlterConfigs
+            | ApiKey::ElectLeaders
     );
     if admin && !broker.controller.is_active() {
         // Admin requests are decided by the active controller: forward the frame unchanged and
@@ -188,6 +190,10 @@ pub async fn handle(
         }
         ApiKey::BrokerHeartbeat => {
             let resp = internal::broker_heartbeat(broker, body!(BrokerHeartbeatRequest)).await;
+            encode(api_key, version, corr, &resp)
+        }
+        ApiKey::ElectLeaders => {
+            let resp = elect_leaders::handle(broker, body!(ElectLeadersRequest), version).await;
             encode(api_key, version, corr, &resp)
         }
         ApiKey::DescribeCluster => {
