@@ -89,6 +89,10 @@ pub struct BrokerConfig {
     pub broker_session_timeout_ms: u64,
     pub min_insync_replicas: i32,
     pub unclean_leader_election_enable: bool,
+    /// `auto.leader.rebalance.enable`: the active controller periodically moves leadership back
+    /// to preferred replicas.
+    pub auto_leader_rebalance_enable: bool,
+    pub leader_imbalance_check_interval_seconds: u64,
 }
 
 /// Parses `1@host:port,2@host:port,...` (Kafka's `controller.quorum.voters`).
@@ -218,6 +222,12 @@ impl BrokerConfig {
             broker_session_timeout_ms: parse(&props, "broker.session.timeout.ms", 9_000)?,
             min_insync_replicas: parse(&props, "min.insync.replicas", 1)?,
             unclean_leader_election_enable: parse(&props, "unclean.leader.election.enable", false)?,
+            auto_leader_rebalance_enable: parse(&props, "auto.leader.rebalance.enable", true)?,
+            leader_imbalance_check_interval_seconds: parse(
+                &props,
+                "leader.imbalance.check.interval.seconds",
+                300,
+            )?,
             props,
         };
         if cfg.num_partitions < 1 {

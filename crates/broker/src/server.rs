@@ -331,6 +331,11 @@ async fn cluster_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
         cfg.broker_heartbeat_interval_ms.max(10),
     ));
     let mut fence = tokio::time::interval(Duration::from_millis(500));
+    let rebalance_every = Duration::from_secs(cfg.leader_imbalance_check_interval_seconds.max(1));
+    let mut rebalance = tokio::time::interval_at(
+        tokio::time::Instant::now() + rebalance_every,
+        rebalance_every,
+    );
     loop {
         tokio::select! {
             _ = stop.changed() => return,
@@ -344,6 +349,12 @@ async fn cluster_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
                     .controller
                     .fence_stale_brokers(crate::monotonic_ms(), cfg.broker_session_timeout_ms, cfg.unclean_leader_election_enable)
                     .await;
+            }
+            _ = rebalance.tick(), if cfg.auto_leader_rebalance_enable => {
+                let moved = broker.controller.balance_partition_leaders(1000).await;
+                if moved > 0 {
+                    tracing::info!(moved, "leaders moved back to preferred replicas");
+                }
             }
         }
     }

@@ -401,8 +401,14 @@ impl QuorumController {
         &self,
         election_type: i8,
         partitions: Option<Vec<(String, i32)>>,
-    ) -> Result<Vec<(String, i32, Result<(), crate::partition_change::ElectLeadersError>)>, ControllerError>
-    {
+    ) -> Result<
+        Vec<(
+            String,
+            i32,
+            Result<(), crate::partition_change::ElectLeadersError>,
+        )>,
+        ControllerError,
+    > {
         use crate::partition_change::{
             preferred_leader_election, unclean_leader_election, ElectLeadersError,
         };
