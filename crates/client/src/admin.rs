@@ -2,7 +2,7 @@
 
 use strom_protocol::kafka::messages::create_partitions_request::CreatePartitionsTopic;
 use strom_protocol::kafka::messages::create_topics_request::{
-    CreatableTopic, CreatableTopicConfig,
+    CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
 };
 use strom_protocol::kafka::messages::delete_topics_request::DeleteTopicState;
 use strom_protocol::kafka::messages::describe_configs_request::DescribeConfigsResource;
@@ -34,6 +34,9 @@ pub struct NewTopic {
     /// -1: the broker's default.
     pub replication_factor: i16,
     pub configs: Vec<(String, String)>,
+    /// Explicit replicas per partition (partition `i` is `assignments[i]`); when non-empty,
+    /// `num_partitions` and `replication_factor` must be -1.
+    pub assignments: Vec<Vec<i32>>,
 }
 
 /// A topic as described by [`Admin::describe_topics`].
@@ -122,6 +125,27 @@ impl Admin {
             num_partitions,
             replication_factor,
             configs: configs.to_vec(),
+            assignments: Vec::new(),
+        };
+        let mut results = self.create_topics(&[topic], validate_only).await?;
+        results.pop().map(|(_, r)| r).unwrap_or(Ok(()))
+    }
+
+    /// Creates one topic with explicit replicas: partition `i` on `assignments[i]`, its first
+    /// broker the preferred leader (`kafka-topics.sh --replica-assignment`).
+    pub async fn create_topic_with_assignments(
+        &self,
+        name: &str,
+        assignments: Vec<Vec<i32>>,
+        configs: &[(String, String)],
+        validate_only: bool,
+    ) -> Result<()> {
+        let topic = NewTopic {
+            name: name.to_string(),
+            num_partitions: -1,
+            replication_factor: -1,
+            configs: configs.to_vec(),
+            assignments,
         };
         let mut results = self.create_topics(&[topic], validate_only).await?;
         results.pop().map(|(_, r)| r).unwrap_or(Ok(()))
@@ -150,6 +174,17 @@ impl Admin {
                                 ct.name = name(&t.name);
                                 ct.num_partitions = t.num_partitions;
                                 ct.replication_factor = t.replication_factor;
+                                ct.assignments = t
+                                    .assignments
+                                    .iter()
+                                    .enumerate()
+                                    .map(|(i, replicas)| {
+                                        let mut a = CreatableReplicaAssignment::default();
+                                        a.partition_index = i as i32;
+                                        a.broker_ids = replicas.iter().map(|&b| b.into()).collect();
+                                        a
+                                    })
+                                    .collect();
                                 ct.configs = t
                                     .configs
                                     .iter()

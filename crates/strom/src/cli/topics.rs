@@ -40,6 +40,10 @@ pub struct TopicsArgs {
     /// Replication factor (default the broker's default.replication.factor).
     #[arg(long, global = true)]
     pub replication_factor: Option<i32>,
+    /// With --create: explicit replicas, `1:2,2:3,3:1` (partitions separated by ',', the
+    /// brokers of one partition by ':', the first the preferred leader).
+    #[arg(long, global = true, value_name = "ASSIGNMENT", value_parser = parse_replica_assignment)]
+    pub replica_assignment: Option<ReplicaAssignment>,
     /// A topic config `key=value`; repeatable.
     #[arg(long = "config", global = true, value_name = "KEY=VALUE", value_parser = parse_kv)]
     pub config: Vec<(String, String)>,
@@ -144,15 +148,32 @@ async fn execute(action: TopicsAction, args: &TopicsArgs) -> anyhow::Result<()> 
             if topic.contains('.') || topic.contains('_') {
                 println!("WARNING: Due to limitations in metric names, topics with a period ('.') or underscore ('_') could collide. To avoid issues it is best to use either, but not both.");
             }
-            let r = admin
-                .create_topic(
-                    topic,
-                    args.partitions.unwrap_or(-1),
-                    args.replication_factor.map_or(-1, |r| r as i16),
-                    &args.config,
-                    false,
-                )
-                .await;
+            let r = match &args.replica_assignment {
+                Some(assignment) => {
+                    if args.partitions.is_some() || args.replication_factor.is_some() {
+                        anyhow::bail!("Option \"[replica-assignment]\" can't be used with option \"[partitions]\" or \"[replication-factor]\"");
+                    }
+                    admin
+                        .create_topic_with_assignments(
+                            topic,
+                            assignment.0.clone(),
+                            &args.config,
+                            false,
+                        )
+                        .await
+                }
+                None => {
+                    admin
+                        .create_topic(
+                            topic,
+                            args.partitions.unwrap_or(-1),
+                            args.replication_factor.map_or(-1, |r| r as i16),
+                            &args.config,
+                            false,
+                        )
+                        .await
+                }
+            };
             match r {
                 Ok(()) => println!("Created topic {topic}."),
                 Err(e) if args.if_not_exists && e.code() == Some(ErrorCode::TopicAlreadyExists) => {
@@ -283,6 +304,41 @@ fn topic_error(e: Error, topic: &str) -> Error {
     }
 }
 
+/// Parses Kafka's `--replica-assignment`: `1:2,2:3,3:1`.
+fn parse_replica_assignment(s: &str) -> Result<ReplicaAssignment, String> {
+    let parts: Vec<Vec<i32>> = s
+        .split(',')
+        .map(|p| {
+            p.split(':')
+                .map(|b| {
+                    b.trim()
+                        .parse::<i32>()
+                        .map_err(|_| format!("invalid broker id {b:?} in replica assignment"))
+                })
+                .collect::<Result<Vec<i32>, String>>()
+        })
+        .collect::<Result<_, _>>()?;
+    for (i, p) in parts.iter().enumerate() {
+        let mut seen = std::collections::HashSet::new();
+        if let Some(dup) = p.iter().find(|b| !seen.insert(**b)) {
+            return Err(format!(
+                "Partition replica lists may not contain duplicate entries: partition {i} lists broker {dup} twice"
+            ));
+        }
+        if p.len() != parts[0].len() {
+            return Err(format!(
+                "Partition {i} has different replication factor: {}",
+                p.len()
+            ));
+        }
+    }
+    Ok(ReplicaAssignment(parts))
+}
+
+/// `--replica-assignment`: the replicas of partition `i` at index `i`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaAssignment(pub Vec<Vec<i32>>);
+
 fn join(ids: &[i32]) -> String {
     ids.iter()
         .map(|i| i.to_string())
@@ -338,5 +394,23 @@ mod tests {
         assert_eq!(c.bootstrap_server, DEFAULT_BOOTSTRAP);
         assert!(parse(&["--list", "--describe"]).action().is_err());
         assert!(parse(&[]).action().is_err());
+    }
+
+    #[test]
+    fn replica_assignment_parses() {
+        let a = parse(&[
+            "create",
+            "--topic",
+            "t",
+            "--replica-assignment",
+            "1:2,2:3,3:1",
+        ]);
+        assert_eq!(
+            a.replica_assignment,
+            Some(ReplicaAssignment(vec![vec![1, 2], vec![2, 3], vec![3, 1]]))
+        );
+        assert!(parse_replica_assignment("1:1").is_err());
+        assert!(parse_replica_assignment("1:2,3").is_err());
+        assert!(parse_replica_assignment("1:x").is_err());
     }
 }
