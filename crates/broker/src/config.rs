@@ -50,6 +50,8 @@ const KNOWN_BROKER_KEYS: &[&str] = &[
     "replica.lag.time.max.ms",
     "broker.heartbeat.interval.ms",
     "broker.session.timeout.ms",
+    "auto.leader.rebalance.enable",
+    "leader.imbalance.check.interval.seconds",
     "replica.fetch.wait.max.ms",
     "replica.fetch.min.bytes",
     "replica.fetch.max.bytes",
