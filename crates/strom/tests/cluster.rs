@@ -403,6 +403,12 @@ fn leader_kill_under_acks_all_loses_nothing() {
     const N: usize = 50_000;
     for i in 0..N {
         if i == N / 4 {
+            // Kill a leader in steady acknowledged traffic, not one still answering its first
+            // requests.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while acked.lock().unwrap().len() < N / 16 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
             c.kill(leader);
         }
         let v = format!("seq-{i}");

@@ -158,6 +158,17 @@ class LeaderKillJavaProducerTest {
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(pp)) {
             for (int i = 0; i < N; i++) {
                 if (i == KILL_AT) {
+                    // Kill a leader that is in steady acknowledged traffic, not one still
+                    // answering its first requests.
+                    long waitUntil = System.nanoTime() + 30_000_000_000L;
+                    while (System.nanoTime() < waitUntil) {
+                        synchronized (ackedValues) {
+                            if (ackedValues.size() >= KILL_AT / 4) {
+                                break;
+                            }
+                        }
+                        Thread.sleep(5);
+                    }
                     cluster.kill(leader);
                     step(t0, "SIGKILLed leader " + leader + " at record " + i + " (" + ackedValues.size()
                         + " acknowledged so far)");
