@@ -476,3 +476,73 @@ fn leader_kill_under_acks_all_loses_nothing() {
         same.then_some(())
     });
 }
+
+/// The ISR of `topic`-0 as `node` reports it.
+fn isr(c: &Cluster, node: i32, topic: &str) -> Vec<i32> {
+    let consumer: BaseConsumer = c.config(&[node]).create().unwrap();
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("metadata");
+    let mut isr: Vec<i32> = md.topics()[0].partitions()[0].isr().to_vec();
+    isr.sort_unstable();
+    isr
+}
+
+#[test]
+fn paused_follower_leaves_the_isr_and_rejoins() {
+    // A paused follower must drop out through replica lag, not through fencing.
+    let c = Cluster::start_with(
+        3,
+        &[
+            "replica.lag.time.max.ms=1500",
+            "broker.session.timeout.ms=30000",
+            "replica.fetch.wait.max.ms=100",
+        ],
+    );
+    eventually("all brokers registered", || {
+        (1..=3).all(|n| metadata(&c, n, "").0.len() == 3).then_some(())
+    });
+    let admin: AdminClient<DefaultClientContext> = c.config(&[1, 2, 3]).create().unwrap();
+    let topic = NewTopic::new("lag", 1, TopicReplication::Fixed(3)).set("min.insync.replicas", "2");
+    let r = block_on(admin.create_topics([&topic], &AdminOptions::new())).unwrap();
+    assert!(r[0].is_ok(), "{r:?}");
+    let leader = eventually("a full ISR", || {
+        let l = metadata(&c, 1, "lag").2.get(&0).copied().unwrap_or(-1);
+        (l > 0 && isr(&c, l, "lag") == vec![1, 2, 3]).then_some(l)
+    });
+    let follower = (1..=3).find(|&n| n != leader).unwrap();
+    let pid = c.nodes.iter().find(|n| n.id == follower).unwrap().child.as_ref().unwrap().id();
+    let signal = |sig: &str| {
+        assert!(Command::new("kill").args([sig, &pid.to_string()]).status().unwrap().success());
+    };
+
+    signal("-STOP");
+    // acks=all still completes once the lagging follower is out of the ISR.
+    produce_to(&c, "lag", 500);
+    let shrunk = eventually("the paused follower out of the ISR", || {
+        let i = isr(&c, leader, "lag");
+        (!i.contains(&follower)).then_some(i)
+    });
+    assert_eq!(shrunk.len(), 2, "{shrunk:?}");
+    assert_eq!(consume_count(&c, &[leader], "lag", 1, 500), 500, "the HW advanced without it");
+
+    signal("-CONT");
+    eventually("the follower back in the ISR with the leader's log", || {
+        let back = isr(&c, leader, "lag") == vec![1, 2, 3];
+        (back && log_bytes(&c, follower, "lag") == log_bytes(&c, leader, "lag")).then_some(())
+    });
+}
+
+/// `n` records with acks=all to partition 0 of `topic`, all acknowledged.
+fn produce_to(c: &Cluster, topic: &str, n: usize) {
+    let p: ThreadedProducer<DefaultProducerContext> = c
+        .config(&[1, 2, 3])
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("message.timeout.ms", "60000")
+        .create()
+        .unwrap();
+    for i in 0..n {
+        let v = format!("v{i}");
+        p.send(BaseRecord::<str, str>::to(topic).payload(&v).partition(0)).map_err(|(e, _)| e).unwrap();
+    }
+    assert_eq!(p.flush(Duration::from_secs(60)), Ok(()));
+}
