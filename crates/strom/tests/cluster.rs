@@ -480,7 +480,9 @@ fn leader_kill_under_acks_all_loses_nothing() {
 /// The ISR of `topic`-0 as `node` reports it.
 fn isr(c: &Cluster, node: i32, topic: &str) -> Vec<i32> {
     let consumer: BaseConsumer = c.config(&[node]).create().unwrap();
-    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("metadata");
+    let md = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("metadata");
     let mut isr: Vec<i32> = md.topics()[0].partitions()[0].isr().to_vec();
     isr.sort_unstable();
     isr
@@ -498,7 +500,9 @@ fn paused_follower_leaves_the_isr_and_rejoins() {
         ],
     );
     eventually("all brokers registered", || {
-        (1..=3).all(|n| metadata(&c, n, "").0.len() == 3).then_some(())
+        (1..=3)
+            .all(|n| metadata(&c, n, "").0.len() == 3)
+            .then_some(())
     });
     let admin: AdminClient<DefaultClientContext> = c.config(&[1, 2, 3]).create().unwrap();
     let topic = NewTopic::new("lag", 1, TopicReplication::Fixed(3)).set("min.insync.replicas", "2");
@@ -509,9 +513,21 @@ fn paused_follower_leaves_the_isr_and_rejoins() {
         (l > 0 && isr(&c, l, "lag") == vec![1, 2, 3]).then_some(l)
     });
     let follower = (1..=3).find(|&n| n != leader).unwrap();
-    let pid = c.nodes.iter().find(|n| n.id == follower).unwrap().child.as_ref().unwrap().id();
+    let pid = c
+        .nodes
+        .iter()
+        .find(|n| n.id == follower)
+        .unwrap()
+        .child
+        .as_ref()
+        .unwrap()
+        .id();
     let signal = |sig: &str| {
-        assert!(Command::new("kill").args([sig, &pid.to_string()]).status().unwrap().success());
+        assert!(Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success());
     };
 
     signal("-STOP");
@@ -522,7 +538,11 @@ fn paused_follower_leaves_the_isr_and_rejoins() {
         (!i.contains(&follower)).then_some(i)
     });
     assert_eq!(shrunk.len(), 2, "{shrunk:?}");
-    assert_eq!(consume_count(&c, &[leader], "lag", 1, 500), 500, "the HW advanced without it");
+    assert_eq!(
+        consume_count(&c, &[leader], "lag", 1, 500),
+        500,
+        "the HW advanced without it"
+    );
 
     signal("-CONT");
     eventually("the follower back in the ISR with the leader's log", || {
@@ -542,7 +562,74 @@ fn produce_to(c: &Cluster, topic: &str, n: usize) {
         .unwrap();
     for i in 0..n {
         let v = format!("v{i}");
-        p.send(BaseRecord::<str, str>::to(topic).payload(&v).partition(0)).map_err(|(e, _)| e).unwrap();
+        p.send(BaseRecord::<str, str>::to(topic).payload(&v).partition(0))
+            .map_err(|(e, _)| e)
+            .unwrap();
     }
     assert_eq!(p.flush(Duration::from_secs(60)), Ok(()));
+}
+
+/// Replicas [1, 2] of five brokers: the follower dies, the ISR shrinks to the leader, the leader dies, then the
+/// follower comes back. Clean election leaves the partition leaderless; with
+/// `unclean.leader.election.enable` the out-of-sync follower takes over.
+fn last_isr_member_dies(unclean: bool) -> i32 {
+    // Five voters, so the metadata quorum survives losing both replicas of the partition.
+    let mut c = Cluster::start_with(
+        5,
+        &[
+            "broker.session.timeout.ms=2000",
+            "broker.heartbeat.interval.ms=300",
+            "replica.fetch.wait.max.ms=100",
+        ],
+    );
+    eventually("all brokers registered", || {
+        (1..=5)
+            .all(|n| metadata(&c, n, "").0.len() == 5)
+            .then_some(())
+    });
+    let admin: AdminClient<DefaultClientContext> = c.config(&[3, 4, 5]).create().unwrap();
+    let assignment: &[&[i32]] = &[&[1, 2]];
+    let mut topic = NewTopic::new("unclean", 1, TopicReplication::Variable(assignment));
+    if unclean {
+        topic = topic.set("unclean.leader.election.enable", "true");
+    }
+    let r = block_on(admin.create_topics([&topic], &AdminOptions::new())).unwrap();
+    assert!(r[0].is_ok(), "{r:?}");
+    eventually("leader 1 with ISR [1, 2]", || {
+        (metadata(&c, 3, "unclean").2.get(&0) == Some(&1) && isr(&c, 3, "unclean") == vec![1, 2])
+            .then_some(())
+    });
+    c.kill(2);
+    eventually("ISR shrunk to the leader", || {
+        (isr(&c, 3, "unclean") == vec![1]).then_some(())
+    });
+    c.kill(1);
+    eventually("no leader", || {
+        (metadata(&c, 3, "unclean").2.get(&0) == Some(&-1)).then_some(())
+    });
+    c.restart(2);
+    eventually("broker 2 registered again", || {
+        (admin_controller(&c, 2) > 0).then_some(())
+    });
+    // Give the controller time to unfence broker 2 and run any election it would.
+    std::thread::sleep(Duration::from_secs(3));
+    metadata(&c, 3, "unclean").2[&0]
+}
+
+#[test]
+fn clean_election_waits_for_the_isr() {
+    assert_eq!(
+        last_isr_member_dies(false),
+        -1,
+        "an out-of-sync replica must not lead"
+    );
+}
+
+#[test]
+fn unclean_election_takes_any_live_replica() {
+    assert_eq!(
+        last_isr_member_dies(true),
+        2,
+        "unclean election picks the live replica"
+    );
 }
