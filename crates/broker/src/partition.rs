@@ -123,6 +123,20 @@ impl Partition {
         self.wake_waiters();
     }
 
+    /// The low watermark (LW): the smallest log start offset over the replicas whose log start
+    /// this leader knows (its own, and each follower's from its fetches), as Kafka's
+    /// `lowWatermarkIfLeader`. DeleteRecords completes when it passes the requested offset.
+    pub fn low_watermark(&self) -> i64 {
+        let own = self.log_start_offset();
+        let st = self.replication.lock();
+        st.replicas()
+            .iter()
+            .filter(|&&r| r != self.node_id)
+            .filter_map(|&r| st.follower(r).map(|f| f.log_start_offset))
+            .filter(|&lso| lso >= 0)
+            .fold(own, i64::min)
+    }
+
     /// The committed ISR.
     pub fn isr(&self) -> Vec<i32> {
         self.replication.lock().isr().to_vec()

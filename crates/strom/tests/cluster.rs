@@ -633,3 +633,30 @@ fn unclean_election_takes_any_live_replica() {
         "unclean election picks the live replica"
     );
 }
+
+#[test]
+fn delete_records_answers_with_the_low_watermark_of_all_replicas() {
+    use strom_protocol::kafka::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
+    use strom_protocol::kafka::messages::{ApiKey, DeleteRecordsRequest, DeleteRecordsResponse, TopicName};
+    use strom_protocol::kafka::protocol::StrBytes;
+    let c = Cluster::start_with(3, &["replica.fetch.wait.max.ms=100"]);
+    eventually("all brokers registered", || {
+        (1..=3).all(|n| metadata(&c, n, "").0.len() == 3).then_some(())
+    });
+    let admin: AdminClient<DefaultClientContext> = c.config(&[1, 2, 3]).create().unwrap();
+    let r = block_on(admin.create_topics([&NewTopic::new("lw", 1, TopicReplication::Fixed(3))], &AdminOptions::new())).unwrap();
+    assert!(r[0].is_ok(), "{r:?}");
+    let leader = eventually("a full ISR", || {
+        let l = metadata(&c, 1, "lw").2.get(&0).copied().unwrap_or(-1);
+        (l > 0 && isr(&c, l, "lw") == vec![1, 2, 3]).then_some(l)
+    });
+    produce_to(&c, "lw", 300);
+    let req = DeleteRecordsRequest::default().with_timeout_ms(15_000).with_topics(vec![DeleteRecordsTopic::default()
+        .with_name(TopicName(StrBytes::from_static_str("lw")))
+        .with_partitions(vec![DeleteRecordsPartition::default().with_partition_index(0).with_offset(120)])]);
+    let port = c.nodes.iter().find(|n| n.id == leader).unwrap().port;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let resp: DeleteRecordsResponse = common::raw_call(&mut s, ApiKey::DeleteRecords, 2, &req);
+    let p = &resp.topics[0].partitions[0];
+    assert_eq!((p.error_code, p.low_watermark), (0, 120), "every replica moved its log start");
+}

@@ -13,16 +13,43 @@ use crate::server::Broker;
 
 const HIGH_WATERMARK: i64 = -1;
 
-pub fn handle(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+pub async fn handle(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(req.timeout_ms.max(0) as u64);
+    let mut waiting = Vec::new();
+    let mut resp = append_deletes(broker, req, &mut waiting);
+    // Kafka's DelayedDeleteRecords: the answer waits until every replica has moved its log start
+    // (the low watermark), learned by the followers from their fetches.
+    for (t, p, part, target) in waiting {
+        let mut lw = part.low_watermark();
+        while lw < target && tokio::time::Instant::now() < deadline {
+            let n = Arc::new(tokio::sync::Notify::new());
+            part.register_waiter(&n);
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(50), n.notified()).await;
+            lw = part.low_watermark();
+        }
+        let r = &mut resp.topics[t].partitions[p];
+        r.low_watermark = lw;
+        if lw < target {
+            r.error_code = ErrorCode::RequestTimedOut.code();
+        }
+    }
+    resp
+}
+
+type Waiting = (usize, usize, Arc<crate::partition::Partition>, i64);
+
+fn append_deletes(broker: &Arc<Broker>, req: DeleteRecordsRequest, waiting: &mut Vec<Waiting>) -> DeleteRecordsResponse {
     let topics = req
         .topics
         .into_iter()
-        .map(|t| {
+        .enumerate()
+        .map(|(ti, t)| {
             let name = t.name.0.to_string();
             let partitions = t
                 .partitions
                 .into_iter()
-                .map(|p| {
+                .enumerate()
+                .map(|(pi, p)| {
                     let res = DeleteRecordsPartitionResult::default()
                         .with_partition_index(p.partition_index)
                         .with_low_watermark(-1);
@@ -42,7 +69,10 @@ pub fn handle(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRecordsR
                         return res.with_error_code(ErrorCode::OffsetOutOfRange.code());
                     }
                     match part.with_log(|log| log.maybe_increment_log_start_offset(target)) {
-                        Ok(()) => res.with_low_watermark(part.log_start_offset()),
+                        Ok(()) => {
+                            waiting.push((ti, pi, part.clone(), target));
+                            res.with_low_watermark(part.log_start_offset())
+                        }
                         Err(e) => res.with_error_code(e.error_code().code()),
                     }
                 })

@@ -166,7 +166,7 @@ pub async fn handle(
             encode(api_key, version, corr, &resp)
         }
         ApiKey::DeleteRecords => {
-            let resp = delete_records::handle(broker, body!(DeleteRecordsRequest));
+            let resp = delete_records::handle(broker, body!(DeleteRecordsRequest)).await;
             encode(api_key, version, corr, &resp)
         }
         ApiKey::InitProducerId => {
