@@ -312,6 +312,8 @@ mod tests {
             leader,
             isr,
             replicas: None,
+            adding_replicas: None,
+            removing_replicas: None,
         }
     }
 
@@ -426,6 +428,8 @@ mod tests {
                     leader: 1,
                     leader_epoch: 0,
                     partition_epoch: 0,
+                    adding_replicas: Vec::new(),
+                    removing_replicas: Vec::new(),
                 },
             ],
         );

@@ -450,6 +450,84 @@ impl QuorumController {
         Ok(results)
     }
 
+    /// AlterPartitionReassignments: starts (`Some(target)`) or cancels (`None`) the
+    /// reassignment of each `(topic, partition)`; one result per partition, in order.
+    pub async fn alter_partition_reassignments(
+        &self,
+        partitions: Vec<(String, i32, Option<Vec<i32>>)>,
+    ) -> Result<
+        Vec<(
+            String,
+            i32,
+            Result<(), crate::partition_change::ReassignmentError>,
+        )>,
+        ControllerError,
+    > {
+        let _op = self.op_lock.lock().await;
+        self.check_active()?;
+        let mut image = (*self.image()).clone();
+        let mut records = Vec::new();
+        let mut results = Vec::new();
+        for (topic, partition, target) in partitions {
+            let r = crate::partition_change::alter_partition_reassignment(
+                &image, &topic, partition, target,
+            )
+            .map(|recs| {
+                // Later entries for the same partition see this change.
+                for rec in &recs {
+                    image.replay(rec);
+                }
+                records.extend(recs);
+            });
+            results.push((topic, partition, r));
+        }
+        self.commit(records).await?;
+        Ok(results)
+    }
+
+    /// ListPartitionReassignments: the ongoing reassignments among `topics` (name and
+    /// partitions; unknown ones are skipped), or all of them, as
+    /// `(topic, partition, replicas, adding, removing)`.
+    #[allow(clippy::type_complexity)]
+    pub async fn list_partition_reassignments(
+        &self,
+        topics: Option<Vec<(String, Vec<i32>)>>,
+    ) -> Result<Vec<(String, i32, Vec<i32>, Vec<i32>, Vec<i32>)>, ControllerError> {
+        let _op = self.op_lock.lock().await;
+        self.check_active()?;
+        let image = self.image();
+        let wanted: Vec<(String, i32)> = match topics {
+            Some(ts) => ts
+                .into_iter()
+                .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p)))
+                .collect(),
+            None => image
+                .topics
+                .values()
+                .flat_map(|t| t.partitions.keys().map(|&p| (t.name.clone(), p)))
+                .collect(),
+        };
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        for (topic, p) in wanted {
+            if !seen.insert((topic.clone(), p)) {
+                continue;
+            }
+            if let Some(reg) = image.topic(&topic).and_then(|t| t.partitions.get(&p)) {
+                if reg.is_reassigning() {
+                    out.push((
+                        topic,
+                        p,
+                        reg.replicas.clone(),
+                        reg.adding_replicas.clone(),
+                        reg.removing_replicas.clone(),
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// `auto.leader.rebalance.enable`: on the active controller, moves leadership back to the
     /// preferred replica of every partition where that replica can lead (Kafka's
     /// `maybeBalancePartitionLeaders`), in batches of at most `max` changes. Returns how many
@@ -895,6 +973,8 @@ fn partition_record(topic_id: Uuid, partition: i32, replicas: Vec<i32>) -> Metad
         replicas,
         leader_epoch: 0,
         partition_epoch: 0,
+        adding_replicas: Vec::new(),
+        removing_replicas: Vec::new(),
     }
 }
 

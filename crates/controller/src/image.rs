@@ -30,6 +30,26 @@ pub struct PartitionRegistration {
     pub leader: i32,
     pub leader_epoch: i32,
     pub partition_epoch: i32,
+    /// An ongoing reassignment's replicas to add (not yet all in the ISR); empty if none.
+    pub adding_replicas: Vec<i32>,
+    /// An ongoing reassignment's replicas to remove once it completes; empty if none.
+    pub removing_replicas: Vec<i32>,
+}
+
+impl PartitionRegistration {
+    /// A reassignment is ongoing.
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
+
+    /// The reassignment's target: the replicas without those being removed.
+    pub fn target_replicas(&self) -> Vec<i32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| !self.removing_replicas.contains(r))
+            .collect()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +119,8 @@ impl MetadataImage {
                 leader,
                 isr,
                 replicas,
+                adding_replicas,
+                removing_replicas,
             } => {
                 // PartitionRegistration.merge: the partition epoch moves on every change, the
                 // leader epoch whenever the record sets a leader.
@@ -108,6 +130,12 @@ impl MetadataImage {
                 {
                     if let Some(r) = replicas {
                         p.replicas = r.clone();
+                    }
+                    if let Some(a) = adding_replicas {
+                        p.adding_replicas = a.clone();
+                    }
+                    if let Some(r) = removing_replicas {
+                        p.removing_replicas = r.clone();
                     }
                     if let Some(i) = isr {
                         p.isr = i.clone();
@@ -139,6 +167,8 @@ impl MetadataImage {
                 leader,
                 leader_epoch,
                 partition_epoch,
+                adding_replicas,
+                removing_replicas,
             } => {
                 if let Some(topic) = self.topic_by_id_mut(topic_id) {
                     topic.partitions.insert(
@@ -149,6 +179,8 @@ impl MetadataImage {
                             leader: *leader,
                             leader_epoch: *leader_epoch,
                             partition_epoch: *partition_epoch,
+                            adding_replicas: adding_replicas.clone(),
+                            removing_replicas: removing_replicas.clone(),
                         },
                     );
                 }
@@ -219,6 +251,8 @@ mod tests {
                 leader: 1,
                 leader_epoch: 0,
                 partition_epoch: 0,
+                adding_replicas: Vec::new(),
+                removing_replicas: Vec::new(),
             },
             MetadataRecord::TopicConfig {
                 topic: "t".into(),
@@ -318,6 +352,8 @@ mod tests {
             leader: 1,
             leader_epoch: 4,
             partition_epoch: 7,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         });
         let part = |img: &MetadataImage| img.topic("t").unwrap().partitions[&0].clone();
         // ISR-only change (shrink or expand): partition epoch only (KAFKA-15021, MV >= 3.6).
@@ -327,6 +363,8 @@ mod tests {
             leader: None,
             isr: Some(vec![1, 2]),
             replicas: None,
+            adding_replicas: None,
+            removing_replicas: None,
         });
         let p = part(&img);
         assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (1, 4, 8));
@@ -338,6 +376,8 @@ mod tests {
             leader: Some(2),
             isr: Some(vec![2]),
             replicas: None,
+            adding_replicas: None,
+            removing_replicas: None,
         });
         let p = part(&img);
         assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (2, 5, 9));
@@ -349,6 +389,8 @@ mod tests {
             leader: Some(2),
             isr: None,
             replicas: Some(vec![2, 3]),
+            adding_replicas: None,
+            removing_replicas: None,
         });
         let p = part(&img);
         assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (2, 6, 10));
@@ -360,6 +402,8 @@ mod tests {
             leader: Some(-1),
             isr: None,
             replicas: None,
+            adding_replicas: None,
+            removing_replicas: None,
         });
         let p = part(&img);
         assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (-1, 7, 11));
@@ -371,6 +415,8 @@ mod tests {
             leader: Some(1),
             isr: None,
             replicas: None,
+            adding_replicas: None,
+            removing_replicas: None,
         });
         img.replay(&MetadataRecord::PartitionChange {
             topic_id: Uuid::new_v4(),
@@ -378,6 +424,8 @@ mod tests {
             leader: Some(1),
             isr: None,
             replicas: None,
+            adding_replicas: None,
+            removing_replicas: None,
         });
         assert_eq!(img.offset, before + 2);
         assert_eq!(part(&img), p);
@@ -397,6 +445,8 @@ mod tests {
                 leader: Some(-1),
                 isr: Some(vec![1]),
                 replicas: None,
+                adding_replicas: None,
+                removing_replicas: None,
             },
         ];
         for r in &recs {
@@ -414,7 +464,9 @@ mod tests {
                 partition: 1,
                 leader: None,
                 isr: None,
-                replicas: None
+                replicas: None,
+                adding_replicas: None,
+                removing_replicas: None,
             }
         );
     }

@@ -157,6 +157,8 @@ pub fn build_partition_change(
         leader,
         isr,
         replicas: None,
+        adding_replicas: None,
+        removing_replicas: None,
     })
 }
 
@@ -283,6 +285,11 @@ pub fn alter_partition(
             ineligible.join(", ")
         )));
     }
+    if let Some(r) = complete_reassignment(topic_id, partition, reg, &new_isr, |b| {
+        image.broker_is_active(b)
+    }) {
+        return Ok(vec![r]);
+    }
     Ok(build_partition_change(
         topic_id,
         partition,
@@ -396,6 +403,210 @@ pub fn unclean_leader_election(
     .ok_or(ElectLeadersError::EligibleLeadersNotAvailable)
 }
 
+/// A reassignment rejection for one partition, with Kafka's error code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReassignmentError {
+    #[error("{0}")]
+    UnknownTopicOrPartition(String),
+    #[error("{0}")]
+    InvalidReplicaAssignment(String),
+    #[error("No ongoing reassignment for {0}.")]
+    NoReassignmentInProgress(String),
+}
+
+impl ReassignmentError {
+    /// The Kafka error code (`Errors.java`).
+    pub fn code(&self) -> i16 {
+        match self {
+            Self::UnknownTopicOrPartition(_) => 3,
+            Self::InvalidReplicaAssignment(_) => 39,
+            Self::NoReassignmentInProgress(_) => 85,
+        }
+    }
+}
+
+/// Kafka's `PartitionChangeBuilder.completeReassignmentIfNeeded` followed by an election: when
+/// `reg` is reassigning and `isr` holds every adding replica, the change that finishes it
+/// (replicas = target, ISR = `isr` ∩ target, adding / removing cleared, a new leader if the
+/// current one is gone; the leader epoch is bumped whenever replicas are removed so that
+/// removed followers stop). `None` when the reassignment cannot complete yet (or would leave
+/// the ISR empty).
+pub fn complete_reassignment(
+    topic_id: Uuid,
+    partition: i32,
+    reg: &PartitionRegistration,
+    isr: &[i32],
+    usable: impl Fn(i32) -> bool,
+) -> Option<MetadataRecord> {
+    if !reg.is_reassigning() || !reg.adding_replicas.iter().all(|b| isr.contains(b)) {
+        return None;
+    }
+    let target = reg.target_replicas();
+    let new_isr: Vec<i32> = isr.iter().copied().filter(|b| target.contains(b)).collect();
+    if new_isr.is_empty() {
+        return None;
+    }
+    let next = PartitionRegistration {
+        replicas: target.clone(),
+        isr: new_isr.clone(),
+        adding_replicas: Vec::new(),
+        removing_replicas: Vec::new(),
+        ..reg.clone()
+    };
+    let election = elect_leader(&next, usable, false, false);
+    let leader = if election.leader != reg.leader || !reg.removing_replicas.is_empty() {
+        Some(election.leader)
+    } else {
+        None
+    };
+    Some(MetadataRecord::PartitionChange {
+        topic_id,
+        partition,
+        leader,
+        isr: Some(new_isr),
+        replicas: Some(target),
+        adding_replicas: Some(Vec::new()),
+        removing_replicas: Some(Vec::new()),
+    })
+}
+
+/// AlterPartitionReassignments for one partition (Kafka's `changePartitionReassignment` /
+/// `cancelPartitionReassignment`). `target: Some(r)` starts (or replaces) a reassignment to
+/// `r`: replicas become `r` followed by the current replicas not in `r`, adding = `r` −
+/// current, removing = current − `r`; it completes at once when the ISR already holds every
+/// adding replica. `None` cancels an ongoing reassignment (NO_REASSIGNMENT_IN_PROGRESS if
+/// there is none): the adding replicas are dropped from the replicas and the ISR.
+pub fn alter_partition_reassignment(
+    image: &MetadataImage,
+    topic: &str,
+    partition: i32,
+    target: Option<Vec<i32>>,
+) -> Result<Vec<MetadataRecord>, ReassignmentError> {
+    let t = image.topic(topic).ok_or_else(|| {
+        ReassignmentError::UnknownTopicOrPartition(format!("Unable to find topic {topic}"))
+    })?;
+    let reg = t.partitions.get(&partition).ok_or_else(|| {
+        ReassignmentError::UnknownTopicOrPartition(format!(
+            "Unable to find partition {topic}:{partition}"
+        ))
+    })?;
+    let usable = |b: i32| image.broker_is_active(b);
+    let Some(target) = target else {
+        if !reg.is_reassigning() {
+            return Err(ReassignmentError::NoReassignmentInProgress(format!(
+                "{topic}-{partition}"
+            )));
+        }
+        // PartitionReassignmentRevert: back to the replicas before the adding ones.
+        let original: Vec<i32> = reg
+            .replicas
+            .iter()
+            .copied()
+            .filter(|b| !reg.adding_replicas.contains(b))
+            .collect();
+        let mut isr: Vec<i32> = reg
+            .isr
+            .iter()
+            .copied()
+            .filter(|b| original.contains(b))
+            .collect();
+        let mut unclean = false;
+        if isr.is_empty() {
+            isr = original.iter().copied().take(1).collect();
+            unclean = true;
+        }
+        let next = PartitionRegistration {
+            replicas: original.clone(),
+            isr: isr.clone(),
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
+            ..reg.clone()
+        };
+        let election = elect_leader(&next, usable, unclean, false);
+        let leader = if election.leader != reg.leader || !reg.adding_replicas.is_empty() {
+            Some(election.leader)
+        } else {
+            None
+        };
+        return Ok(vec![MetadataRecord::PartitionChange {
+            topic_id: t.id,
+            partition,
+            leader,
+            isr: Some(election.isr),
+            replicas: Some(original),
+            adding_replicas: Some(Vec::new()),
+            removing_replicas: Some(Vec::new()),
+        }]);
+    };
+    // validateManualPartitionAssignment
+    let mut seen = std::collections::HashSet::new();
+    if target.is_empty() {
+        return Err(ReassignmentError::InvalidReplicaAssignment(
+            "The manual partition assignment includes an empty replica list.".into(),
+        ));
+    }
+    for &b in &target {
+        if !seen.insert(b) {
+            return Err(ReassignmentError::InvalidReplicaAssignment(format!(
+                "The manual partition assignment includes the broker {b} more than once."
+            )));
+        }
+        if !image.brokers.contains_key(&b) {
+            return Err(ReassignmentError::InvalidReplicaAssignment(format!(
+                "The manual partition assignment includes broker {b}, but no such broker is registered."
+            )));
+        }
+    }
+    let current = &reg.replicas;
+    let removing: Vec<i32> = current
+        .iter()
+        .copied()
+        .filter(|b| !target.contains(b))
+        .collect();
+    let adding: Vec<i32> = target
+        .iter()
+        .copied()
+        .filter(|b| !current.contains(b))
+        .collect();
+    let mut replicas = target.clone();
+    replicas.extend(removing.iter().copied());
+    if !reg.is_reassigning() && adding.is_empty() && removing.is_empty() && replicas == *current {
+        return Ok(Vec::new());
+    }
+    let next = PartitionRegistration {
+        replicas: replicas.clone(),
+        adding_replicas: adding.clone(),
+        removing_replicas: removing.clone(),
+        ..reg.clone()
+    };
+    if adding.is_empty() {
+        // Nothing to catch up: complete now (or just reorder the replicas).
+        if removing.is_empty() {
+            return Ok(vec![MetadataRecord::PartitionChange {
+                topic_id: t.id,
+                partition,
+                leader: None,
+                isr: None,
+                replicas: Some(replicas),
+                adding_replicas: Some(Vec::new()),
+                removing_replicas: Some(Vec::new()),
+            }]);
+        }
+        if let Some(r) = complete_reassignment(t.id, partition, &next, &reg.isr, usable) {
+            return Ok(vec![r]);
+        }
+    }
+    Ok(vec![MetadataRecord::PartitionChange {
+        topic_id: t.id,
+        partition,
+        leader: None,
+        isr: None,
+        replicas: Some(replicas),
+        adding_replicas: Some(adding),
+        removing_replicas: Some(removing),
+    }])
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -407,6 +618,8 @@ pub(crate) mod tests {
             leader,
             leader_epoch: 5,
             partition_epoch: 10,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         }
     }
 
@@ -435,6 +648,8 @@ pub(crate) mod tests {
                 leader: p.leader,
                 leader_epoch: p.leader_epoch,
                 partition_epoch: p.partition_epoch,
+                adding_replicas: Vec::new(),
+                removing_replicas: Vec::new(),
             });
         }
         (img, id)
@@ -455,6 +670,8 @@ pub(crate) mod tests {
             leader,
             isr,
             replicas: None,
+            adding_replicas: None,
+            removing_replicas: None,
         }
     }
 
@@ -735,5 +952,76 @@ pub(crate) mod tests {
             vec![change(id, 2, Some(1), None)]
         );
         assert_eq!(unclean_leader_election(&img, "t", 7).unwrap_err().code(), 3);
+    }
+
+    #[test]
+    fn reassignment_starts_completes_on_isr_and_cancels() {
+        let (mut img, id) = image(3, &[reg(&[1, 2], &[1, 2], 1)]);
+        let e = |r: Result<Vec<MetadataRecord>, ReassignmentError>| r.unwrap_err().code();
+        assert_eq!(
+            e(alter_partition_reassignment(&img, "x", 0, Some(vec![1]))),
+            3
+        );
+        assert_eq!(
+            e(alter_partition_reassignment(&img, "t", 0, Some(vec![2, 9]))),
+            39
+        );
+        assert_eq!(e(alter_partition_reassignment(&img, "t", 0, None)), 85);
+        for r in alter_partition_reassignment(&img, "t", 0, Some(vec![2, 3])).unwrap() {
+            img.replay(&r);
+        }
+        let p = &img.topic("t").unwrap().partitions[&0];
+        assert_eq!(
+            (
+                &p.replicas[..],
+                &p.adding_replicas[..],
+                &p.removing_replicas[..]
+            ),
+            (&[2, 3, 1][..], &[3][..], &[1][..])
+        );
+        // The leader's ISR expansion to include 3 completes it; leader 1 is removed.
+        let (le, pe) = (p.leader_epoch, p.partition_epoch);
+        let recs = alter_partition(&img, 1, id, 0, le, pe, vec![1, 2, 3]).unwrap();
+        for r in &recs {
+            img.replay(r);
+        }
+        let p = &img.topic("t").unwrap().partitions[&0];
+        assert_eq!(p.replicas, vec![2, 3]);
+        assert_eq!(p.isr, vec![2, 3]);
+        assert_eq!(p.leader, 2);
+        assert_eq!(p.leader_epoch, le + 1);
+        assert!(!p.is_reassigning());
+        // Start another, then cancel it: the adding replica goes away.
+        for r in alter_partition_reassignment(&img, "t", 0, Some(vec![3, 1])).unwrap() {
+            img.replay(&r);
+        }
+        assert!(img.topic("t").unwrap().partitions[&0].is_reassigning());
+        for r in alter_partition_reassignment(&img, "t", 0, None).unwrap() {
+            img.replay(&r);
+        }
+        let p = &img.topic("t").unwrap().partitions[&0];
+        assert_eq!(p.replicas, vec![3, 2]);
+        assert_eq!(p.isr, vec![2, 3]);
+        assert!(!p.is_reassigning());
+        // Shrinking to a subset of the ISR completes at once.
+        for r in alter_partition_reassignment(&img, "t", 0, Some(vec![3])).unwrap() {
+            img.replay(&r);
+        }
+        let p = &img.topic("t").unwrap().partitions[&0];
+        assert_eq!(
+            (p.replicas.clone(), p.isr.clone(), p.leader),
+            (vec![3], vec![3], 3)
+        );
+    }
+
+    #[test]
+    fn old_partition_json_replays_without_reassignment_fields() {
+        let r: MetadataRecord = serde_json::from_str(
+            r#"{"type":"Partition","topic_id":"00000000-0000-0000-0000-000000000000","partition":0,"replicas":[1],"isr":[1],"leader":1,"leader_epoch":0,"partition_epoch":0}"#,
+        )
+        .unwrap();
+        assert!(
+            matches!(r, MetadataRecord::Partition { ref adding_replicas, .. } if adding_replicas.is_empty())
+        );
     }
 }

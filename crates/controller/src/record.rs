@@ -24,6 +24,12 @@ pub enum MetadataRecord {
         leader: i32,
         leader_epoch: i32,
         partition_epoch: i32,
+        /// Replicas being added by an ongoing reassignment (empty: none).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        adding_replicas: Vec<i32>,
+        /// Replicas being removed by an ongoing reassignment (empty: none).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        removing_replicas: Vec<i32>,
     },
     /// A topic config set (`value: Some`) or removed (`None`) (ConfigRecord).
     TopicConfig {
@@ -62,5 +68,11 @@ pub enum MetadataRecord {
         isr: Option<Vec<i32>>,
         #[serde(default)]
         replicas: Option<Vec<i32>>,
+        /// The reassignment's adding replicas (`Some(vec![])` clears them).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        adding_replicas: Option<Vec<i32>>,
+        /// The reassignment's removing replicas (`Some(vec![])` clears them).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        removing_replicas: Option<Vec<i32>>,
     },
 }

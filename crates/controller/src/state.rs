@@ -96,6 +96,8 @@ pub fn image_to_records(image: &MetadataImage) -> Vec<MetadataRecord> {
                 leader: reg.leader,
                 leader_epoch: reg.leader_epoch,
                 partition_epoch: reg.partition_epoch,
+                adding_replicas: reg.adding_replicas.clone(),
+                removing_replicas: reg.removing_replicas.clone(),
             });
         }
     }
@@ -167,6 +169,8 @@ mod tests {
                 leader: 1,
                 leader_epoch: 3,
                 partition_epoch: 4,
+                adding_replicas: Vec::new(),
+                removing_replicas: Vec::new(),
             },
             MetadataRecord::ProducerIds {
                 broker_id: 1,

@@ -14,6 +14,7 @@ mod list_offsets;
 mod metadata;
 mod offset_for_leader_epoch;
 mod produce;
+mod reassignments;
 mod topics;
 
 use std::sync::Arc;
@@ -80,6 +81,8 @@ pub async fn handle(
             | ApiKey::CreatePartitions
             | ApiKey::IncrementalAlterConfigs
             | ApiKey::ElectLeaders
+            | ApiKey::AlterPartitionReassignments
+            | ApiKey::ListPartitionReassignments
     );
     if admin && !broker.controller.is_active() {
         // Admin requests are decided by the active controller: forward the frame unchanged and
@@ -194,6 +197,16 @@ pub async fn handle(
         }
         ApiKey::ElectLeaders => {
             let resp = elect_leaders::handle(broker, body!(ElectLeadersRequest), version).await;
+            encode(api_key, version, corr, &resp)
+        }
+        ApiKey::AlterPartitionReassignments => {
+            let resp =
+                reassignments::alter(broker, body!(AlterPartitionReassignmentsRequest)).await;
+            encode(api_key, version, corr, &resp)
+        }
+        ApiKey::ListPartitionReassignments => {
+            let resp =
+                reassignments::list(broker, body!(ListPartitionReassignmentsRequest)).await;
             encode(api_key, version, corr, &resp)
         }
         ApiKey::DescribeCluster => {
