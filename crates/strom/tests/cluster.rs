@@ -7,288 +7,16 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{block_on, free_port};
+use common::block_on;
+use common::cluster::*;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::{Message, Offset, TopicPartitionList};
-
-struct Node {
-    id: i32,
-    port: u16,
-    child: Option<Child>,
-}
-
-struct Cluster {
-    dir: tempfile::TempDir,
-    nodes: Vec<Node>,
-    quorum: String,
-    controller_ports: BTreeMap<i32, u16>,
-    settings: Vec<String>,
-}
-
-impl Cluster {
-    fn start(n: i32) -> Cluster {
-        Self::start_with(n, &[])
-    }
-
-    fn start_with(n: i32, settings: &[&str]) -> Cluster {
-        let controller_ports: BTreeMap<i32, u16> = (1..=n).map(|i| (i, free_port())).collect();
-        let quorum = controller_ports
-            .iter()
-            .map(|(i, p)| format!("{i}@127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut c = Cluster {
-            dir: tempfile::tempdir().unwrap(),
-            nodes: (1..=n)
-                .map(|id| Node {
-                    id,
-                    port: free_port(),
-                    child: None,
-                })
-                .collect(),
-            quorum,
-            controller_ports,
-            settings: settings.iter().map(|s| s.to_string()).collect(),
-        };
-        for i in 0..c.nodes.len() {
-            c.spawn(i);
-        }
-        for i in 0..c.nodes.len() {
-            c.wait_serving(i);
-        }
-        c
-    }
-
-    fn data_dir(&self, id: i32) -> PathBuf {
-        self.dir.path().join(format!("node-{id}"))
-    }
-
-    fn spawn(&mut self, i: usize) {
-        let node = &self.nodes[i];
-        let dir = self.data_dir(node.id);
-        std::fs::create_dir_all(&dir).unwrap();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("server.log"))
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_strom"))
-            .arg("server")
-            .args(["--node-id", &node.id.to_string()])
-            .args(["--listen", &format!("127.0.0.1:{}", node.port)])
-            .args([
-                "--controller-listen",
-                &format!("127.0.0.1:{}", self.controller_ports[&node.id]),
-            ])
-            .args(["--controller-quorum", &self.quorum])
-            .arg("--data-dir")
-            .arg(&dir)
-            .args(self.settings.iter().flat_map(|s| ["--set", s.as_str()]))
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawn strom server");
-        self.nodes[i].child = Some(child);
-    }
-
-    fn wait_serving(&self, i: usize) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let addr = format!("127.0.0.1:{}", self.nodes[i].port);
-        while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "node {} never listened",
-                self.nodes[i].id
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn kill(&mut self, id: i32) {
-        let node = self.nodes.iter_mut().find(|n| n.id == id).unwrap();
-        if let Some(mut c) = node.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn restart(&mut self, id: i32) {
-        let i = self.nodes.iter().position(|n| n.id == id).unwrap();
-        self.spawn(i);
-        self.wait_serving(i);
-    }
-
-    fn bootstrap(&self, ids: &[i32]) -> String {
-        self.nodes
-            .iter()
-            .filter(|n| ids.contains(&n.id))
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    fn config(&self, ids: &[i32]) -> ClientConfig {
-        let mut c = ClientConfig::new();
-        c.set("bootstrap.servers", self.bootstrap(ids))
-            .set("socket.timeout.ms", "10000");
-        c
-    }
-
-    fn logs(&self) -> String {
-        self.nodes
-            .iter()
-            .map(|n| {
-                let log = std::fs::read_to_string(self.data_dir(n.id).join("server.log"))
-                    .unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(40).collect();
-                format!(
-                    "--- node {} ---\n{}",
-                    n.id,
-                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("{}", self.logs());
-        }
-        for n in &mut self.nodes {
-            if let Some(mut c) = n.child.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
-}
-
-/// (brokers, controller id, partition -> leader) as `node` reports them.
-fn metadata(c: &Cluster, node: i32, topic: &str) -> (Vec<i32>, i32, BTreeMap<i32, i32>) {
-    let consumer: BaseConsumer = c.config(&[node]).create().unwrap();
-    let md = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .expect("metadata");
-    let brokers = md.brokers().iter().map(|b| b.id()).collect();
-    let leaders = md
-        .topics()
-        .iter()
-        .flat_map(|t| t.partitions().iter().map(|p| (p.id(), p.leader())))
-        .collect();
-    let controller = admin_controller(c, node);
-    (brokers, controller, leaders)
-}
-
-/// The controller id in a raw Metadata v1+ answer (rdkafka does not expose it).
-fn admin_controller(c: &Cluster, node: i32) -> i32 {
-    use strom_protocol::kafka::messages::{ApiKey, MetadataRequest, MetadataResponse};
-    let port = c.nodes.iter().find(|n| n.id == node).unwrap().port;
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let resp: MetadataResponse = common::raw_call(
-        &mut s,
-        ApiKey::Metadata,
-        12,
-        &MetadataRequest::default().with_topics(Some(vec![])),
-    );
-    resp.controller_id.0
-}
-
-fn create_topic(
-    c: &Cluster,
-    via: &[i32],
-    name: &str,
-    partitions: i32,
-    rf: i32,
-) -> Result<(), String> {
-    let admin: AdminClient<DefaultClientContext> = c.config(via).create().unwrap();
-    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(rf));
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let r = block_on(admin.create_topics([&topic], &opts)).map_err(|e| e.to_string())?;
-    r.into_iter()
-        .next()
-        .unwrap()
-        .map(|_| ())
-        .map_err(|(_, code)| format!("{code:?}"))
-}
-
-fn produce(c: &Cluster, topic: &str, n: usize) {
-    let p: ThreadedProducer<DefaultProducerContext> = c
-        .config(&[1, 2, 3])
-        .set("acks", "all")
-        .set("enable.idempotence", "true")
-        .create()
-        .unwrap();
-    for i in 0..n {
-        let key = format!("k{i}");
-        let value = format!("v{i}");
-        let mut rec = BaseRecord::<str, str>::to(topic).key(&key).payload(&value);
-        loop {
-            match p.send(rec) {
-                Ok(()) => break,
-                Err((_, back)) => {
-                    rec = back;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
-        }
-    }
-    assert_eq!(p.flush(Duration::from_secs(60)), Ok(()));
-    assert_eq!(p.in_flight_count(), 0);
-}
-
-/// An assign-only consumer: no offset commits, so closing it does not wait for a group
-/// coordinator (groups are not served yet).
-fn consumer_config(c: &Cluster, via: &[i32]) -> ClientConfig {
-    let mut cfg = c.config(via);
-    cfg.set("group.id", "unused")
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("fetch.wait.max.ms", "100");
-    cfg
-}
-
-/// Every record of `topic` from every partition, read through `via`.
-fn consume_count(c: &Cluster, via: &[i32], topic: &str, partitions: i32, expect: usize) -> usize {
-    let consumer: BaseConsumer = consumer_config(c, via).create().unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&tpl).unwrap();
-    let mut seen = std::collections::HashSet::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while seen.len() < expect && Instant::now() < deadline {
-        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
-            seen.insert((m.partition(), m.offset(), m.payload().map(|v| v.to_vec())));
-        }
-    }
-    seen.len()
-}
-
-fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 #[test]
 fn three_nodes_share_metadata_and_survive_a_controller_kill() {
@@ -343,16 +71,6 @@ fn three_nodes_share_metadata_and_survive_a_controller_kill() {
         (metadata(&c, old, "after").2.len() == 2).then_some(())
     });
     assert_eq!(consume_count(&c, &[old], "spread", 6, 3000), 3000);
-}
-
-/// The log of `topic`-0 on `node`, up to `hw` bytes worth of whole batches.
-fn log_bytes(c: &Cluster, node: i32, topic: &str) -> Vec<u8> {
-    std::fs::read(
-        c.data_dir(node)
-            .join(format!("{topic}-0"))
-            .join("00000000000000000000.log"),
-    )
-    .unwrap_or_default()
 }
 
 #[test]
@@ -477,17 +195,6 @@ fn leader_kill_under_acks_all_loses_nothing() {
     });
 }
 
-/// The ISR of `topic`-0 as `node` reports it.
-fn isr(c: &Cluster, node: i32, topic: &str) -> Vec<i32> {
-    let consumer: BaseConsumer = c.config(&[node]).create().unwrap();
-    let md = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .expect("metadata");
-    let mut isr: Vec<i32> = md.topics()[0].partitions()[0].isr().to_vec();
-    isr.sort_unstable();
-    isr
-}
-
 #[test]
 fn paused_follower_leaves_the_isr_and_rejoins() {
     // A paused follower must drop out through replica lag, not through fencing.
@@ -549,24 +256,6 @@ fn paused_follower_leaves_the_isr_and_rejoins() {
         let back = isr(&c, leader, "lag") == vec![1, 2, 3];
         (back && log_bytes(&c, follower, "lag") == log_bytes(&c, leader, "lag")).then_some(())
     });
-}
-
-/// `n` records with acks=all to partition 0 of `topic`, all acknowledged.
-fn produce_to(c: &Cluster, topic: &str, n: usize) {
-    let p: ThreadedProducer<DefaultProducerContext> = c
-        .config(&[1, 2, 3])
-        .set("acks", "all")
-        .set("enable.idempotence", "true")
-        .set("message.timeout.ms", "60000")
-        .create()
-        .unwrap();
-    for i in 0..n {
-        let v = format!("v{i}");
-        p.send(BaseRecord::<str, str>::to(topic).payload(&v).partition(0))
-            .map_err(|(e, _)| e)
-            .unwrap();
-    }
-    assert_eq!(p.flush(Duration::from_secs(60)), Ok(()));
 }
 
 /// Replicas [1, 2] of five brokers: the follower dies, the ISR shrinks to the leader, the leader dies, then the
@@ -636,27 +325,45 @@ fn unclean_election_takes_any_live_replica() {
 
 #[test]
 fn delete_records_answers_with_the_low_watermark_of_all_replicas() {
-    use strom_protocol::kafka::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
-    use strom_protocol::kafka::messages::{ApiKey, DeleteRecordsRequest, DeleteRecordsResponse, TopicName};
+    use strom_protocol::kafka::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use strom_protocol::kafka::messages::{
+        ApiKey, DeleteRecordsRequest, DeleteRecordsResponse, TopicName,
+    };
     use strom_protocol::kafka::protocol::StrBytes;
     let c = Cluster::start_with(3, &["replica.fetch.wait.max.ms=100"]);
     eventually("all brokers registered", || {
-        (1..=3).all(|n| metadata(&c, n, "").0.len() == 3).then_some(())
+        (1..=3)
+            .all(|n| metadata(&c, n, "").0.len() == 3)
+            .then_some(())
     });
     let admin: AdminClient<DefaultClientContext> = c.config(&[1, 2, 3]).create().unwrap();
-    let r = block_on(admin.create_topics([&NewTopic::new("lw", 1, TopicReplication::Fixed(3))], &AdminOptions::new())).unwrap();
+    let r = block_on(admin.create_topics(
+        [&NewTopic::new("lw", 1, TopicReplication::Fixed(3))],
+        &AdminOptions::new(),
+    ))
+    .unwrap();
     assert!(r[0].is_ok(), "{r:?}");
     let leader = eventually("a full ISR", || {
         let l = metadata(&c, 1, "lw").2.get(&0).copied().unwrap_or(-1);
         (l > 0 && isr(&c, l, "lw") == vec![1, 2, 3]).then_some(l)
     });
     produce_to(&c, "lw", 300);
-    let req = DeleteRecordsRequest::default().with_timeout_ms(15_000).with_topics(vec![DeleteRecordsTopic::default()
-        .with_name(TopicName(StrBytes::from_static_str("lw")))
-        .with_partitions(vec![DeleteRecordsPartition::default().with_partition_index(0).with_offset(120)])]);
+    let req = DeleteRecordsRequest::default()
+        .with_timeout_ms(15_000)
+        .with_topics(vec![DeleteRecordsTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("lw")))
+            .with_partitions(vec![DeleteRecordsPartition::default()
+                .with_partition_index(0)
+                .with_offset(120)])]);
     let port = c.nodes.iter().find(|n| n.id == leader).unwrap().port;
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     let resp: DeleteRecordsResponse = common::raw_call(&mut s, ApiKey::DeleteRecords, 2, &req);
     let p = &resp.topics[0].partitions[0];
-    assert_eq!((p.error_code, p.low_watermark), (0, 120), "every replica moved its log start");
+    assert_eq!(
+        (p.error_code, p.low_watermark),
+        (0, 120),
+        "every replica moved its log start"
+    );
 }

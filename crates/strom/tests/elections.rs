@@ -7,162 +7,16 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::free_port;
+use common::cluster::*;
 use strom_protocol::kafka::messages::elect_leaders_request::TopicPartitions;
 use strom_protocol::kafka::messages::metadata_request::MetadataRequestTopic;
 use strom_protocol::kafka::messages::{
     ApiKey, ElectLeadersRequest, ElectLeadersResponse, MetadataRequest, MetadataResponse, TopicName,
 };
 use strom_protocol::kafka::protocol::StrBytes;
-
-struct Node {
-    id: i32,
-    port: u16,
-    child: Option<Child>,
-}
-
-struct Cluster {
-    dir: tempfile::TempDir,
-    nodes: Vec<Node>,
-    quorum: String,
-    controller_ports: BTreeMap<i32, u16>,
-    settings: Vec<String>,
-}
-
-impl Cluster {
-    fn start_with(n: i32, settings: &[&str]) -> Cluster {
-        let controller_ports: BTreeMap<i32, u16> = (1..=n).map(|i| (i, free_port())).collect();
-        let quorum = controller_ports
-            .iter()
-            .map(|(i, p)| format!("{i}@127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut c = Cluster {
-            dir: tempfile::tempdir().unwrap(),
-            nodes: (1..=n)
-                .map(|id| Node {
-                    id,
-                    port: free_port(),
-                    child: None,
-                })
-                .collect(),
-            quorum,
-            controller_ports,
-            settings: settings.iter().map(|s| s.to_string()).collect(),
-        };
-        for i in 0..c.nodes.len() {
-            c.spawn(i);
-        }
-        for i in 0..c.nodes.len() {
-            c.wait_serving(i);
-        }
-        c
-    }
-
-    fn data_dir(&self, id: i32) -> PathBuf {
-        self.dir.path().join(format!("node-{id}"))
-    }
-
-    fn spawn(&mut self, i: usize) {
-        let node = &self.nodes[i];
-        let dir = self.data_dir(node.id);
-        std::fs::create_dir_all(&dir).unwrap();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("server.log"))
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_strom"))
-            .arg("server")
-            .args(["--node-id", &node.id.to_string()])
-            .args(["--listen", &format!("127.0.0.1:{}", node.port)])
-            .args([
-                "--controller-listen",
-                &format!("127.0.0.1:{}", self.controller_ports[&node.id]),
-            ])
-            .args(["--controller-quorum", &self.quorum])
-            .arg("--data-dir")
-            .arg(&dir)
-            .args(self.settings.iter().flat_map(|s| ["--set", s.as_str()]))
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawn strom server");
-        self.nodes[i].child = Some(child);
-    }
-
-    fn wait_serving(&self, i: usize) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let addr = format!("127.0.0.1:{}", self.nodes[i].port);
-        while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "node {} never listened",
-                self.nodes[i].id
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn kill(&mut self, id: i32) {
-        let node = self.nodes.iter_mut().find(|n| n.id == id).unwrap();
-        if let Some(mut c) = node.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn restart(&mut self, id: i32) {
-        let i = self.nodes.iter().position(|n| n.id == id).unwrap();
-        self.spawn(i);
-        self.wait_serving(i);
-    }
-
-    fn bootstrap(&self, ids: &[i32]) -> String {
-        self.nodes
-            .iter()
-            .filter(|n| ids.contains(&n.id))
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    fn logs(&self) -> String {
-        self.nodes
-            .iter()
-            .map(|n| {
-                let log = std::fs::read_to_string(self.data_dir(n.id).join("server.log"))
-                    .unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(40).collect();
-                format!(
-                    "--- node {} ---\n{}",
-                    n.id,
-                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("{}", self.logs());
-        }
-        for n in &mut self.nodes {
-            if let Some(mut c) = n.child.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
-}
 
 const FAST: &[&str] = &[
     "broker.session.timeout.ms=3000",

@@ -8,6 +8,8 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{Read, Write};
