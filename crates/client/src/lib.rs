@@ -34,6 +34,8 @@ pub mod error;
 pub mod idempotence;
 pub mod partitioner;
 pub mod producer;
+mod producer_batch;
+mod producer_config;
 pub mod versions;
 
 pub use admin::{Admin, ConfigEntry, NewTopic, TopicDescription};
