@@ -30,3 +30,4 @@ pub use log::MetadataLog;
 pub use record::MetadataRecord;
 pub mod cluster_control;
 pub mod partition_change;
+pub mod placement;
