@@ -11,6 +11,7 @@ use strom_broker::config::{parse_properties, BrokerConfig};
 use strom_broker::Server;
 
 mod bench;
+mod chaos;
 mod cli;
 mod dev_cluster;
 mod dump_log;
@@ -47,6 +48,8 @@ enum Command {
     DumpLog(dump_log::DumpLogArgs),
     /// Benchmark a broker (records/s, MB/s, latency percentiles).
     Bench(bench::BenchArgs),
+    /// Fault-injection experiments on a local cluster (`chaos leader-kill`).
+    Chaos(chaos::ChaosArgs),
 }
 
 #[derive(clap::Args)]
@@ -115,6 +118,7 @@ fn main() -> ExitCode {
             Command::Consume(args) => cli::consume::run(args).await,
             Command::DumpLog(args) => dump_log::run(args),
             Command::Bench(args) => bench::run(args).await,
+            Command::Chaos(args) => chaos::run(args).await,
         }
     });
     match result {

@@ -1,0 +1,29 @@
+//! `strom chaos`: fault-injection experiments against a local cluster this command starts.
+//!
+//! `strom chaos leader-kill` is seed 003's experiment: async sends of "seq-N" to a 1-partition,
+//! 3-replica topic, the partition leader's process killed with SIGKILL part-way, then the topic
+//! read back and checked for duplicates, reorderings and lost acknowledged records.
+
+mod cluster;
+mod leader_kill;
+
+pub use leader_kill::LeaderKillArgs;
+
+#[derive(clap::Args)]
+pub struct ChaosArgs {
+    #[command(subcommand)]
+    pub command: ChaosCommand,
+}
+
+#[derive(clap::Subcommand)]
+pub enum ChaosCommand {
+    /// Kill the partition leader with SIGKILL while producing; count duplicates, reorderings
+    /// and lost acknowledged records, with idempotence on and off.
+    LeaderKill(LeaderKillArgs),
+}
+
+pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
+    match args.command {
+        ChaosCommand::LeaderKill(a) => leader_kill::run(a).await,
+    }
+}
