@@ -14,7 +14,8 @@ use crate::server::Broker;
 const HIGH_WATERMARK: i64 = -1;
 
 pub async fn handle(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(req.timeout_ms.max(0) as u64);
+    let deadline = tokio::time::Instant::now()
+        + std::time::Duration::from_millis(req.timeout_ms.max(0) as u64);
     let mut waiting = Vec::new();
     let mut resp = append_deletes(broker, req, &mut waiting);
     // Kafka's DelayedDeleteRecords: the answer waits until every replica has moved its log start
@@ -38,7 +39,11 @@ pub async fn handle(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRe
 
 type Waiting = (usize, usize, Arc<crate::partition::Partition>, i64);
 
-fn append_deletes(broker: &Arc<Broker>, req: DeleteRecordsRequest, waiting: &mut Vec<Waiting>) -> DeleteRecordsResponse {
+fn append_deletes(
+    broker: &Arc<Broker>,
+    req: DeleteRecordsRequest,
+    waiting: &mut Vec<Waiting>,
+) -> DeleteRecordsResponse {
     let topics = req
         .topics
         .into_iter()

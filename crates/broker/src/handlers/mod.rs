@@ -205,8 +205,7 @@ pub async fn handle(
             encode(api_key, version, corr, &resp)
         }
         ApiKey::ListPartitionReassignments => {
-            let resp =
-                reassignments::list(broker, body!(ListPartitionReassignmentsRequest)).await;
+            let resp = reassignments::list(broker, body!(ListPartitionReassignmentsRequest)).await;
             encode(api_key, version, corr, &resp)
         }
         ApiKey::DescribeCluster => {

@@ -28,9 +28,7 @@ pub async fn alter(
                 (
                     name.clone(),
                     p.partition_index,
-                    p.replicas
-                        .as_ref()
-                        .map(|r| r.iter().map(|b| b.0).collect()),
+                    p.replicas.as_ref().map(|r| r.iter().map(|b| b.0).collect()),
                 )
             })
         })
@@ -91,8 +89,7 @@ pub async fn list(
     });
     match broker.controller.list_partition_reassignments(topics).await {
         Ok(list) => {
-            let mut by_topic: BTreeMap<String, Vec<OngoingPartitionReassignment>> =
-                BTreeMap::new();
+            let mut by_topic: BTreeMap<String, Vec<OngoingPartitionReassignment>> = BTreeMap::new();
             for (topic, p, replicas, adding, removing) in list {
                 let ids = |v: Vec<i32>| v.into_iter().map(Into::into).collect();
                 by_topic.entry(topic).or_default().push(
