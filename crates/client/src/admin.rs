@@ -17,6 +17,7 @@ use strom_protocol::kafka::protocol::StrBytes;
 use strom_protocol::ErrorCode;
 use uuid::Uuid;
 
+use crate::client::partitions_from_metadata;
 use crate::client::{BrokerInfo, Client, PartitionMetadata};
 use crate::error::{Error, Result};
 
@@ -311,20 +312,7 @@ impl Admin {
                 }
                 continue;
             }
-            let mut partitions: Vec<PartitionMetadata> = t
-                .partitions
-                .iter()
-                .map(|p| PartitionMetadata {
-                    partition: p.partition_index,
-                    leader: p.leader_id.0,
-                    leader_epoch: p.leader_epoch,
-                    replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
-                    isr: p.isr_nodes.iter().map(|b| b.0).collect(),
-                    offline_replicas: p.offline_replicas.iter().map(|b| b.0).collect(),
-                    error: ErrorCode::try_from_code(p.error_code),
-                })
-                .collect();
-            partitions.sort_by_key(|p| p.partition);
+            let partitions = partitions_from_metadata(&t.partitions);
             out.push(TopicDescription {
                 name: topic_name,
                 topic_id: t.topic_id,

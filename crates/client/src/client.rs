@@ -13,6 +13,27 @@ use strom_protocol::ErrorCode;
 use uuid::Uuid;
 
 use crate::connection::{Connection, ConnectionConfig};
+
+/// The partitions of one Metadata topic, sorted by index (shared by the cluster view and
+/// Admin's describe).
+pub(crate) fn partitions_from_metadata(
+    parts: &[strom_protocol::kafka::messages::metadata_response::MetadataResponsePartition],
+) -> Vec<PartitionMetadata> {
+    let mut partitions: Vec<PartitionMetadata> = parts
+        .iter()
+        .map(|p| PartitionMetadata {
+            partition: p.partition_index,
+            leader: p.leader_id.0,
+            leader_epoch: p.leader_epoch,
+            replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
+            isr: p.isr_nodes.iter().map(|b| b.0).collect(),
+            offline_replicas: p.offline_replicas.iter().map(|b| b.0).collect(),
+            error: ErrorCode::try_from_code(p.error_code),
+        })
+        .collect();
+    partitions.sort_by_key(|p| p.partition);
+    partitions
+}
 use crate::error::{Error, Result};
 
 /// Settings shared by the admin client, producer and consumer.
@@ -340,20 +361,7 @@ impl Client {
                 md.topics.remove(&name);
                 continue;
             }
-            let mut partitions: Vec<PartitionMetadata> = t
-                .partitions
-                .iter()
-                .map(|p| PartitionMetadata {
-                    partition: p.partition_index,
-                    leader: p.leader_id.0,
-                    leader_epoch: p.leader_epoch,
-                    replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
-                    isr: p.isr_nodes.iter().map(|b| b.0).collect(),
-                    offline_replicas: p.offline_replicas.iter().map(|b| b.0).collect(),
-                    error: ErrorCode::try_from_code(p.error_code),
-                })
-                .collect();
-            partitions.sort_by_key(|p| p.partition);
+            let partitions = partitions_from_metadata(&t.partitions);
             md.topics.insert(
                 name.clone(),
                 TopicMetadata {
