@@ -83,11 +83,7 @@ fn leader_kill_under_acks_all_loses_nothing() {
             "replica.fetch.wait.max.ms=100",
         ],
     );
-    eventually("all brokers registered", || {
-        (1..=3)
-            .all(|n| metadata(&c, n, "").0.len() == 3)
-            .then_some(())
-    });
+    wait_all_registered(&c, 3);
     let admin: AdminClient<DefaultClientContext> = c.config(&[1, 2, 3]).create().unwrap();
     let topic = NewTopic::new("r3", 1, TopicReplication::Fixed(3)).set("min.insync.replicas", "2");
     let r = block_on(admin.create_topics([&topic], &AdminOptions::new())).unwrap();
@@ -206,11 +202,7 @@ fn paused_follower_leaves_the_isr_and_rejoins() {
             "replica.fetch.wait.max.ms=100",
         ],
     );
-    eventually("all brokers registered", || {
-        (1..=3)
-            .all(|n| metadata(&c, n, "").0.len() == 3)
-            .then_some(())
-    });
+    wait_all_registered(&c, 3);
     let admin: AdminClient<DefaultClientContext> = c.config(&[1, 2, 3]).create().unwrap();
     let topic = NewTopic::new("lag", 1, TopicReplication::Fixed(3)).set("min.insync.replicas", "2");
     let r = block_on(admin.create_topics([&topic], &AdminOptions::new())).unwrap();
@@ -271,11 +263,7 @@ fn last_isr_member_dies(unclean: bool) -> i32 {
             "replica.fetch.wait.max.ms=100",
         ],
     );
-    eventually("all brokers registered", || {
-        (1..=5)
-            .all(|n| metadata(&c, n, "").0.len() == 5)
-            .then_some(())
-    });
+    wait_all_registered(&c, 5);
     let admin: AdminClient<DefaultClientContext> = c.config(&[3, 4, 5]).create().unwrap();
     let assignment: &[&[i32]] = &[&[1, 2]];
     let mut topic = NewTopic::new("unclean", 1, TopicReplication::Variable(assignment));
@@ -333,11 +321,7 @@ fn delete_records_answers_with_the_low_watermark_of_all_replicas() {
     };
     use strom_protocol::kafka::protocol::StrBytes;
     let c = Cluster::start_with(3, &["replica.fetch.wait.max.ms=100"]);
-    eventually("all brokers registered", || {
-        (1..=3)
-            .all(|n| metadata(&c, n, "").0.len() == 3)
-            .then_some(())
-    });
+    wait_all_registered(&c, 3);
     let admin: AdminClient<DefaultClientContext> = c.config(&[1, 2, 3]).create().unwrap();
     let r = block_on(admin.create_topics(
         [&NewTopic::new("lw", 1, TopicReplication::Fixed(3))],

@@ -330,3 +330,12 @@ pub fn produce_to(c: &Cluster, topic: &str, n: usize) {
     }
     assert_eq!(p.flush(Duration::from_secs(60)), Ok(()));
 }
+
+/// Waits until every one of the `n` nodes lists all `n` brokers in its Metadata.
+pub fn wait_all_registered(c: &Cluster, n: i32) {
+    eventually("all brokers registered", || {
+        (1..=n)
+            .all(|node| metadata(c, node, "").0.len() == n as usize)
+            .then_some(())
+    });
+}
