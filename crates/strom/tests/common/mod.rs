@@ -336,10 +336,23 @@ impl Drop for Broker {
     }
 }
 
-/// A loopback port that was free a moment ago.
+/// A loopback port that was free a moment ago, below Linux's ephemeral range (32768+): a port
+/// the OS hands out for `:0` can be taken by any outgoing connection before the broker binds it
+/// (or binds it again after a restart), which made cluster tests fail with "Address already in
+/// use". Ports are handed out from a per-process starting point, each checked with a bind.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind ephemeral port");
-    l.local_addr().unwrap().port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = (std::process::id() % 600) * 20;
+    for _ in 0..SPAN {
+        let port = (LOW + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port below the ephemeral range");
 }
 
 /// Runs a future to completion on a fresh current-thread runtime, bounded by `OP_TIMEOUT`.
