@@ -103,7 +103,8 @@ impl Server {
         if lock.try_lock().is_err() {
             return Err(ServerError::DataDirLocked(dir.display().to_string()));
         }
-        let cluster_id = ensure_meta_properties(&dir, config.node_id)?;
+        let cluster_id =
+            ensure_meta_properties(&dir, config.node_id, config.controller_quorum.as_ref())?;
 
         let listener =
             TcpListener::bind(config.listen)
@@ -402,7 +403,34 @@ async fn background_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>)
 
 /// Reads or writes `meta.properties` (Kafka's v1 layout) and returns the cluster id. A data dir
 /// that belongs to another node id is refused, as Kafka does.
-fn ensure_meta_properties(dir: &Path, node_id: i32) -> Result<String, ServerError> {
+/// The cluster id of a quorum's nodes. Every node must report the same one (clients such as
+/// librdkafka refuse a bootstrap list that spans two cluster ids), and Kafka gets there by
+/// formatting every node with one id; Strom has no format step, so each node derives it from the
+/// voter set it was started with, which all nodes of one cluster share.
+fn quorum_cluster_id(voters: &BTreeMap<i32, std::net::SocketAddr>) -> Uuid {
+    let text = voters
+        .iter()
+        .map(|(id, addr)| format!("{id}@{addr}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    // FNV-1a, twice with different offsets: stable across builds and platforms, unlike
+    // std's DefaultHasher.
+    let fnv = |offset: u64| {
+        text.bytes().fold(offset, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    };
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&fnv(0xcbf2_9ce4_8422_2325).to_be_bytes());
+    bytes[8..].copy_from_slice(&fnv(0x8422_2325_cbf2_9ce4).to_be_bytes());
+    uuid::Builder::from_random_bytes(bytes).into_uuid()
+}
+
+fn ensure_meta_properties(
+    dir: &Path,
+    node_id: i32,
+    quorum: Option<&BTreeMap<i32, std::net::SocketAddr>>,
+) -> Result<String, ServerError> {
     let path = dir.join("meta.properties");
     if let Ok(text) = std::fs::read_to_string(&path) {
         let props: BTreeMap<String, String> =
@@ -419,7 +447,10 @@ fn ensure_meta_properties(dir: &Path, node_id: i32) -> Result<String, ServerErro
             return Ok(id.clone());
         }
     }
-    let cluster_id = crate::topic_id_string(&Uuid::new_v4());
+    let cluster_id = match quorum {
+        Some(voters) => crate::topic_id_string(&quorum_cluster_id(voters)),
+        None => crate::topic_id_string(&Uuid::new_v4()),
+    };
     let text = format!(
         "#\n#Written by strom\ncluster.id={cluster_id}\ndirectory.id={}\nnode.id={node_id}\nversion=1\n",
         crate::topic_id_string(&Uuid::new_v4())
@@ -432,4 +463,36 @@ fn ensure_meta_properties(dir: &Path, node_id: i32) -> Result<String, ServerErro
     std::fs::write(&tmp, text).map_err(io)?;
     std::fs::rename(&tmp, &path).map_err(io)?;
     Ok(cluster_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_of_one_quorum_share_a_cluster_id() {
+        let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let voters = parse_quorum_voters_for_test("1@127.0.0.1:9093,2@127.0.0.1:9094");
+        let ids: Vec<String> = dirs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| ensure_meta_properties(d.path(), i as i32 + 1, Some(&voters)).unwrap())
+            .collect();
+        assert!(ids.iter().all(|id| id == &ids[0]), "{ids:?}");
+        // Stable across restarts, and another voter set is another cluster.
+        assert_eq!(
+            ensure_meta_properties(dirs[0].path(), 1, Some(&voters)).unwrap(),
+            ids[0]
+        );
+        let other = parse_quorum_voters_for_test("1@127.0.0.1:9093,2@127.0.0.1:9095");
+        let d = tempfile::tempdir().unwrap();
+        assert_ne!(
+            ensure_meta_properties(d.path(), 1, Some(&other)).unwrap(),
+            ids[0]
+        );
+    }
+
+    fn parse_quorum_voters_for_test(s: &str) -> BTreeMap<i32, std::net::SocketAddr> {
+        crate::config::parse_quorum_voters(s).unwrap()
+    }
 }

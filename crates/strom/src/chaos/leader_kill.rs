@@ -1,16 +1,15 @@
 //! `strom chaos leader-kill`: seed 003's leader-failure experiment.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
-use bytes::Bytes;
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use strom_client::{Admin, Client, ClientConfig, Consumer, ConsumerConfig, OffsetReset};
-use strom_client::{Producer, ProducerConfig};
 
 use super::cluster::LocalCluster;
+use super::kafka_cluster::{kafka_libs, KafkaCluster};
+use super::producers::{self, ClientKind, Workload};
 
 const TOPIC: &str = "chaos-leader-kill";
 
@@ -40,12 +39,37 @@ pub struct LeaderKillArgs {
     /// Nodes in the local cluster (each a controller voter and a broker).
     #[arg(long, default_value_t = 3)]
     pub nodes: u16,
-    /// Producer client: rust (librdkafka and java are not supported yet).
+    /// Producer client: rust (Strom's), librdkafka (needs a build with `--features librdkafka`)
+    /// or java (kafka-clients 4.4 in a child JVM, the client seed 003 used).
     #[arg(long, default_value = "rust")]
     pub client: String,
-    /// Parent of the runs' data dirs (each run uses a fresh DIR/<setting>-run-<n>).
+    /// The cluster under test: strom, kafka (Apache Kafka 4.4 KRaft nodes from the Maven jars)
+    /// or both (strom first, then kafka, tables side by side).
+    #[arg(long, default_value = "strom")]
+    pub broker: String,
+    /// Directory of the Kafka 4.4 jars (for --client java and --broker kafka); default
+    /// $STROM_KAFKA_LIBS, ./.cache/kafka-4.4/libs, or ~/.cache/strom (fetched with Maven).
+    #[arg(long)]
+    pub kafka_libs: Option<PathBuf>,
+    /// Parent of the runs' data dirs (each run uses a fresh DIR/<broker>-<setting>-run-<n>).
     #[arg(long, default_value = "./strom-chaos")]
     pub data_dir: PathBuf,
+}
+
+/// The system under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Broker {
+    Strom,
+    Kafka,
+}
+
+impl Broker {
+    fn name(self) -> &'static str {
+        match self {
+            Broker::Strom => "strom",
+            Broker::Kafka => "kafka",
+        }
+    }
 }
 
 /// What one run measured.
@@ -65,14 +89,23 @@ pub struct Outcome {
     pub dump_leader: i32,
 }
 
+/// One line of the table.
+pub struct RunResult {
+    pub broker: Broker,
+    pub client: ClientKind,
+    pub idempotence: bool,
+    pub run: u32,
+    pub outcome: Outcome,
+}
+
 pub async fn run(args: LeaderKillArgs) -> anyhow::Result<()> {
-    if args.client != "rust" {
-        bail!(
-            "--client {} is not supported yet (only the Rust client `rust`; librdkafka and the \
-             Java producer are future work)",
-            args.client
-        );
-    }
+    let client = ClientKind::parse(&args.client)?;
+    let brokers: Vec<Broker> = match args.broker.as_str() {
+        "strom" => vec![Broker::Strom],
+        "kafka" => vec![Broker::Kafka],
+        "both" => vec![Broker::Strom, Broker::Kafka],
+        other => bail!("--broker must be strom, kafka or both, not '{other}'"),
+    };
     let settings: Vec<bool> = match args.idempotence.as_str() {
         "on" => vec![true],
         "off" => vec![false],
@@ -85,55 +118,89 @@ pub async fn run(args: LeaderKillArgs) -> anyhow::Result<()> {
     if args.nodes < 3 {
         bail!("--nodes must be at least 3 (replication factor 3, min.insync.replicas 2)");
     }
+    let libs = if client == ClientKind::Java || brokers.contains(&Broker::Kafka) {
+        Some(kafka_libs(args.kafka_libs.as_deref())?)
+    } else {
+        None
+    };
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     // The experiment runs inside select! so that Ctrl-C / SIGTERM return an error and the
     // cluster's Drop kills every child.
     tokio::select! {
-        r = experiment(&args, &settings) => r,
+        r = experiment(&args, client, &brokers, &settings, libs.as_deref()) => r,
         _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
         _ = term.recv() => Err(anyhow!("terminated")),
     }
 }
 
-async fn experiment(args: &LeaderKillArgs, settings: &[bool]) -> anyhow::Result<()> {
+async fn experiment(
+    args: &LeaderKillArgs,
+    client: ClientKind,
+    brokers: &[Broker],
+    settings: &[bool],
+    libs: Option<&Path>,
+) -> anyhow::Result<()> {
     println!(
-        "leader-kill: {} records \"seq-N\", SIGKILL the leader at record {}, acks={} \
-         max.in.flight={} batch.size={}, {} nodes, topic 1 partition RF 3 min.insync.replicas 2",
-        args.records, args.kill_at, args.acks, args.max_in_flight, args.batch_size, args.nodes
+        "leader-kill: {} records \"seq-N\" with the {} producer, SIGKILL the leader at record {}, \
+         acks={} max.in.flight={} batch.size={}, {} nodes, topic 1 partition RF 3 \
+         min.insync.replicas 2",
+        args.records,
+        client.name(),
+        args.kill_at,
+        args.acks,
+        args.max_in_flight,
+        args.batch_size,
+        args.nodes
     );
-    let mut results: Vec<(bool, u32, Outcome)> = Vec::new();
-    for &idem in settings {
-        for n in 1..=args.runs {
-            let dir = args
-                .data_dir
-                .join(format!("idempotence-{}-run-{n}", on_off(idem)));
-            let o = one_run(args, idem, &dir)
-                .await
-                .with_context(|| format!("idempotence {} run {n}", on_off(idem)))?;
-            println!(
-                "  idempotence {:3} run {n}: killed node {}; dump-log of node {}'s segment, \
-                 batches per producerId: {}",
-                on_off(idem),
-                o.killed,
-                o.dump_leader,
-                o.pids
-                    .iter()
-                    .map(|(p, c)| format!("{c} x {p}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            if let Some(e) = &o.first_error {
-                println!("    first delivery error: {e}");
+    let mut results: Vec<RunResult> = Vec::new();
+    for &broker in brokers {
+        for &idem in settings {
+            for n in 1..=args.runs {
+                let dir = args.data_dir.join(format!(
+                    "{}-idempotence-{}-run-{n}",
+                    broker.name(),
+                    on_off(idem)
+                ));
+                let o = one_run(args, broker, client, libs, idem, &dir)
+                    .await
+                    .with_context(|| {
+                        format!("{} idempotence {} run {n}", broker.name(), on_off(idem))
+                    })?;
+                println!(
+                    "  {} idempotence {:3} run {n}: killed node {}; dump-log of node {}'s \
+                     segment, batches per producerId: {}",
+                    broker.name(),
+                    on_off(idem),
+                    o.killed,
+                    o.dump_leader,
+                    o.pids
+                        .iter()
+                        .map(|(p, c)| format!("{c} x {p}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                if let Some(e) = &o.first_error {
+                    println!("    first delivery error: {e}");
+                }
+                results.push(RunResult {
+                    broker,
+                    client,
+                    idempotence: idem,
+                    run: n,
+                    outcome: o,
+                });
             }
-            results.push((idem, n, o));
         }
     }
     println!();
     print!("{}", table(&results));
     let bad: Vec<_> = results
         .iter()
-        .filter(|(idem, _, o)| *idem && (o.duplicates > 0 || o.reorderings > 0 || o.lost > 0))
+        .filter(|r| {
+            let o = &r.outcome;
+            r.idempotence && (o.duplicates > 0 || o.reorderings > 0 || o.lost > 0)
+        })
         .collect();
     if !bad.is_empty() {
         bail!(
@@ -153,10 +220,16 @@ fn on_off(b: bool) -> &'static str {
 }
 
 /// The per-run table, one line per run.
-pub fn table(results: &[(bool, u32, Outcome)]) -> String {
-    let mut s = String::new();
-    s.push_str(&format!(
-        "{:<12} {:>4} {:>9} {:>9} {:>9} {:>9} {:>10} {:>11} {:>6}\n",
+pub fn table(results: &[RunResult]) -> String {
+    let row = |c: [&str; 11]| {
+        format!(
+            "{:<6} {:<10} {:<12} {:>4} {:>9} {:>9} {:>9} {:>9} {:>10} {:>11} {:>6}\n",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10]
+        )
+    };
+    let mut s = row([
+        "broker",
+        "client",
         "idempotence",
         "run",
         "cb-ok",
@@ -165,23 +238,90 @@ pub fn table(results: &[(bool, u32, Outcome)]) -> String {
         "unique",
         "duplicates",
         "reorderings",
-        "lost"
-    ));
-    for (idem, n, o) in results {
-        s.push_str(&format!(
-            "{:<12} {:>4} {:>9} {:>9} {:>9} {:>9} {:>10} {:>11} {:>6}\n",
-            on_off(*idem),
-            n,
+        "lost",
+    ]);
+    for r in results {
+        let o = &r.outcome;
+        let nums = [
+            r.run as u64,
             o.ok,
             o.failed,
             o.in_topic,
             o.unique,
             o.duplicates,
             o.reorderings,
-            o.lost
-        ));
+            o.lost,
+        ]
+        .map(|n| n.to_string());
+        s.push_str(&row([
+            r.broker.name(),
+            r.client.name(),
+            on_off(r.idempotence),
+            &nums[0],
+            &nums[1],
+            &nums[2],
+            &nums[3],
+            &nums[4],
+            &nums[5],
+            &nums[6],
+            &nums[7],
+        ]));
     }
     s
+}
+
+/// A Strom or a Kafka cluster of local processes.
+enum Nodes {
+    Strom(LocalCluster),
+    Kafka(KafkaCluster),
+}
+
+impl Nodes {
+    fn bootstrap_without(&self, exclude: &[i32]) -> String {
+        match self {
+            Nodes::Strom(c) => c.bootstrap_without(exclude),
+            Nodes::Kafka(c) => (1..=c.nodes())
+                .filter(|id| !exclude.contains(id))
+                .map(|id| c.broker_addr(id))
+                .collect::<Vec<_>>()
+                .join(","),
+        }
+    }
+
+    fn nodes(&self) -> i32 {
+        match self {
+            Nodes::Strom(c) => c.nodes(),
+            Nodes::Kafka(c) => c.nodes(),
+        }
+    }
+
+    fn kill(&mut self, id: i32) -> anyhow::Result<()> {
+        match self {
+            Nodes::Strom(c) => c.kill(id),
+            Nodes::Kafka(c) => c.kill(id),
+        }
+    }
+
+    fn spawn(&mut self, id: i32) -> anyhow::Result<()> {
+        match self {
+            Nodes::Strom(c) => c.spawn(id),
+            Nodes::Kafka(c) => c.spawn(id),
+        }
+    }
+
+    fn check_alive(&mut self) -> anyhow::Result<()> {
+        match self {
+            Nodes::Strom(c) => c.check_alive(),
+            Nodes::Kafka(c) => c.check_alive(),
+        }
+    }
+
+    fn partition_dir(&self, id: i32) -> PathBuf {
+        match self {
+            Nodes::Strom(c) => c.node_dir(id).join(format!("{TOPIC}-0")),
+            Nodes::Kafka(c) => c.partition_dir(id, TOPIC, 0),
+        }
+    }
 }
 
 async fn connect(bootstrap: &str) -> anyhow::Result<Client> {
@@ -224,13 +364,29 @@ async fn partition_state(bootstrap: &str) -> anyhow::Result<Option<(i32, Vec<i32
         .map(|p| (p.leader, p.isr.clone())))
 }
 
-async fn one_run(args: &LeaderKillArgs, idem: bool, dir: &Path) -> anyhow::Result<Outcome> {
+async fn one_run(
+    args: &LeaderKillArgs,
+    broker: Broker,
+    client: ClientKind,
+    libs: Option<&Path>,
+    idem: bool,
+    dir: &Path,
+) -> anyhow::Result<Outcome> {
+    // The same failure detection on both systems: Kafka takes these config names too.
     let set = [
         "broker.session.timeout.ms=3000".to_string(),
         "broker.heartbeat.interval.ms=500".to_string(),
         "replica.fetch.wait.max.ms=100".to_string(),
     ];
-    let mut cluster = LocalCluster::start(dir, args.nodes, &set)?;
+    let mut cluster = match broker {
+        Broker::Strom => Nodes::Strom(LocalCluster::start(dir, args.nodes, &set)?),
+        Broker::Kafka => Nodes::Kafka(KafkaCluster::start(
+            dir,
+            args.nodes,
+            libs.context("--broker kafka needs the Kafka jars")?,
+            &set,
+        )?),
+    };
     let nodes = cluster.nodes();
     let all = cluster.bootstrap_without(&[]);
 
@@ -272,66 +428,37 @@ async fn one_run(args: &LeaderKillArgs, idem: bool, dir: &Path) -> anyhow::Resul
 
     // The node to kill is known now: the producer never bootstraps from it.
     let bootstrap = cluster.bootstrap_without(&[leader]);
-    let props = vec![
-        ("bootstrap.servers".to_string(), bootstrap.clone()),
-        ("client.id".to_string(), format!("chaos-{}", on_off(idem))),
-        ("acks".to_string(), args.acks.clone()),
-        ("enable.idempotence".to_string(), idem.to_string()),
-        (
-            "max.in.flight.requests.per.connection".to_string(),
-            args.max_in_flight.to_string(),
-        ),
-        ("batch.size".to_string(), args.batch_size.to_string()),
-    ];
-    let config = ProducerConfig::from_properties(&props)?;
-    let producer = Producer::connect(config).await?;
-
-    let mut pending = FuturesUnordered::new();
-    for i in 0..args.records {
-        if i == args.kill_at {
-            cluster.kill(leader)?;
-        }
-        let fut = producer.send(
-            TOPIC,
-            None,
-            None,
-            Some(Bytes::from(format!("seq-{i}"))),
-            Vec::new(),
-        );
-        pending.push(async move { (i, fut.await) });
-        if i % 50 == 49 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    }
+    let workload = Workload {
+        bootstrap: &bootstrap,
+        topic: TOPIC,
+        records: args.records,
+        kill_at: args.kill_at,
+        acks: &args.acks,
+        idempotence: idem,
+        max_in_flight: args.max_in_flight,
+        batch_size: args.batch_size,
+    };
+    let deadline = Duration::from_secs(180);
+    let mut kill = || cluster.kill(leader);
+    let sent = tokio::time::timeout(
+        deadline,
+        producers::produce(client, &workload, &mut kill, libs, dir),
+    )
+    .await
+    .map_err(|_| {
+        anyhow!(
+            "delivery callbacks still pending after {} s",
+            deadline.as_secs()
+        )
+    })??;
     let mut out = Outcome {
         killed: leader,
+        ok: sent.ok,
+        failed: sent.failed,
+        first_error: sent.first_error,
         ..Default::default()
     };
-    let mut acked: HashSet<u64> = HashSet::new();
-    let deadline = Duration::from_secs(180);
-    let wait_all = async {
-        while let Some((i, r)) = pending.next().await {
-            match r {
-                Ok(_) => {
-                    out.ok += 1;
-                    acked.insert(i);
-                }
-                Err(e) => {
-                    out.failed += 1;
-                    out.first_error.get_or_insert_with(|| e.to_string());
-                }
-            }
-        }
-    };
-    tokio::time::timeout(deadline, wait_all)
-        .await
-        .map_err(|_| {
-            anyhow!(
-                "delivery callbacks still pending after {} s",
-                deadline.as_secs()
-            )
-        })?;
-    drop(producer);
+    let acked = sent.acked;
 
     // Bring the killed node back and let it rejoin the ISR (a note, not a failure, if slow).
     cluster.spawn(leader)?;
@@ -352,7 +479,7 @@ async fn one_run(args: &LeaderKillArgs, idem: bool, dir: &Path) -> anyhow::Resul
     // Read the topic from the beginning up to its end offset.
     let seen = read_all(&bootstrap).await?;
     out.in_topic = seen.len() as u64;
-    let mut uniq: HashSet<u64> = HashSet::new();
+    let mut uniq: std::collections::HashSet<u64> = Default::default();
     let mut max_seen: Option<u64> = None;
     for &s in &seen {
         uniq.insert(s);
@@ -373,7 +500,7 @@ async fn one_run(args: &LeaderKillArgs, idem: bool, dir: &Path) -> anyhow::Resul
         .map(|(l, _)| l)
         .unwrap_or(leader);
     out.dump_leader = now_leader;
-    out.pids = dump_log_pids(&cluster.node_dir(now_leader).join(format!("{TOPIC}-0")))?;
+    out.pids = dump_log_pids(&cluster.partition_dir(now_leader))?;
     drop(cluster);
     Ok(out)
 }

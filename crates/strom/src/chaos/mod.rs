@@ -2,10 +2,14 @@
 //!
 //! `strom chaos leader-kill` is seed 003's experiment: async sends of "seq-N" to a 1-partition,
 //! 3-replica topic, the partition leader's process killed with SIGKILL part-way, then the topic
-//! read back and checked for duplicates, reorderings and lost acknowledged records.
+//! read back and checked for duplicates, reorderings and lost acknowledged records. It runs
+//! with Strom's Rust producer, librdkafka or the Java producer, against Strom or (for the side
+//! by side comparison) a local Apache Kafka 4.4 cluster.
 
 mod cluster;
+mod kafka_cluster;
 mod leader_kill;
+mod producers;
 
 pub use leader_kill::LeaderKillArgs;
 
