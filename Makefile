@@ -38,9 +38,10 @@ test:
 run:
 	$(CARGO) run --release -p strom -- server
 
-# the debug binary the Python and Java tests start
-build:
-	$(CARGO) build -p strom
+# the debug binary the Python and Java tests start, with the feature the Rust tests use so
+# that it is built once (`strom chaos leader-kill --client librdkafka` links librdkafka)
+build: rust-deps
+	$(CARGO) build -p strom --features librdkafka
 
 # librdkafka 2.12's cmake build (the rdkafka dev-dependency) includes curl/curl.h even with
 # OIDC off, so the curl headers must be present.
@@ -52,7 +53,7 @@ rust-deps:
 	fi
 
 test-rust: rust-deps build kafka-ref-fetch
-	$(CARGO) test --workspace --no-fail-fast
+	$(CARGO) test --workspace --no-fail-fast --features strom/librdkafka
 
 kcat:
 	@if ! command -v kcat >/dev/null 2>&1; then \

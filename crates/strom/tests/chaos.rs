@@ -1,31 +1,40 @@
 //! `strom chaos leader-kill`, shortened: 5,000 records, the leader SIGKILLed at record 1,000,
-//! one run with idempotence off and one with it on. With idempotence on the topic must hold
-//! every record exactly once, in order, and nothing acknowledged may be lost.
+//! one run per setting. With idempotence on the topic must hold every record exactly once, in
+//! order, and nothing acknowledged may be lost — with Strom's Rust producer, librdkafka and the
+//! Java producer. `--broker kafka` runs the same experiment on Apache Kafka 4.4.
 
 use std::io::Read;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(300);
 
-#[test]
-fn leader_kill_shortened() {
+/// Runs `strom chaos leader-kill` with `args` (plus the shortened workload) and returns its
+/// stdout; fails the test on a non-zero exit or a timeout, and if a server outlives it.
+fn leader_kill(args: &[&str]) -> String {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_strom"))
-        .args([
-            "chaos",
-            "leader-kill",
-            "--records",
-            "5000",
-            "--kill-at",
-            "1000",
-            "--runs",
-            "1",
-            "--idempotence",
-            "both",
-            "--data-dir",
-        ])
-        .arg(dir.path())
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_strom"));
+    cmd.args([
+        "chaos",
+        "leader-kill",
+        "--records",
+        "5000",
+        "--kill-at",
+        "1000",
+        "--runs",
+        "1",
+    ])
+    .args(args)
+    .arg("--data-dir")
+    .arg(dir.path());
+    // The jars `make test` fetched (scripts/kafka-ref.sh); without them the command fetches its
+    // own with Maven.
+    let libs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/kafka-4.4/libs");
+    if libs.join(".complete").exists() {
+        cmd.arg("--kafka-libs").arg(&libs);
+    }
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -48,9 +57,15 @@ fn leader_kill_shortened() {
             break Some(s);
         }
         if start.elapsed() > LIMIT {
-            // SIGTERM: the command kills its cluster before exiting.
+            // SIGTERM: the command kills its cluster before exiting; SIGKILL if it does not.
             let _ = Command::new("kill").arg(child.id().to_string()).status();
-            std::thread::sleep(Duration::from_secs(3));
+            let grace = Instant::now();
+            while grace.elapsed() < Duration::from_secs(5) {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
             let _ = child.kill();
             let _ = child.wait();
             break None;
@@ -66,23 +81,6 @@ fn leader_kill_shortened() {
         status.success(),
         "exit {status}\nstdout:\n{out}\nstderr:\n{err}"
     );
-    // idempotence run cb-ok cb-failed in-topic unique duplicates reorderings lost
-    let on: Vec<Vec<&str>> = out
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|f| f.len() == 9 && f[0] == "on")
-        .collect();
-    assert_eq!(on.len(), 1, "one table line for idempotence on:\n{out}");
-    let f = &on[0];
-    assert_eq!(f[6], "0", "duplicates with idempotence on:\n{out}");
-    assert_eq!(f[7], "0", "reorderings with idempotence on:\n{out}");
-    assert_eq!(f[8], "0", "lost records with idempotence on:\n{out}");
-    assert_eq!(f[5], "5000", "unique records with idempotence on:\n{out}");
-    let off = out
-        .lines()
-        .filter(|l| l.split_whitespace().next() == Some("off"))
-        .count();
-    assert_eq!(off, 1, "one table line for idempotence off:\n{out}");
     // No server of the experiment outlives the command.
     let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
     let ps = String::from_utf8_lossy(&ps.stdout);
@@ -91,4 +89,56 @@ fn leader_kill_shortened() {
         !ps.lines().any(|l| l.contains(&dir_s)),
         "a server of the experiment is still running:\n{ps}"
     );
+    out
+}
+
+/// The table lines (broker client idempotence run cb-ok cb-failed in-topic unique duplicates
+/// reorderings lost) of `broker`/`client` with idempotence `idem`.
+fn rows<'a>(out: &'a str, broker: &str, client: &str, idem: &str) -> Vec<Vec<&'a str>> {
+    out.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() == 11 && f[0] == broker && f[1] == client && f[2] == idem)
+        .collect()
+}
+
+fn assert_exactly_once(out: &str, broker: &str, client: &str) {
+    let on = rows(out, broker, client, "on");
+    assert_eq!(on.len(), 1, "one table line for idempotence on:\n{out}");
+    let f = &on[0];
+    assert_eq!(f[8], "0", "duplicates with idempotence on:\n{out}");
+    assert_eq!(f[9], "0", "reorderings with idempotence on:\n{out}");
+    assert_eq!(f[10], "0", "lost records with idempotence on:\n{out}");
+    assert_eq!(f[7], "5000", "unique records with idempotence on:\n{out}");
+    assert_eq!(f[4], "5000", "acknowledged records with idempotence on:\n{out}");
+}
+
+#[test]
+fn leader_kill_rust_producer() {
+    let out = leader_kill(&["--idempotence", "both", "--client", "rust"]);
+    assert_exactly_once(&out, "strom", "rust");
+    assert_eq!(
+        rows(&out, "strom", "rust", "off").len(),
+        1,
+        "one table line for idempotence off:\n{out}"
+    );
+}
+
+#[cfg(feature = "librdkafka")]
+#[test]
+fn leader_kill_librdkafka_producer() {
+    let out = leader_kill(&["--idempotence", "on", "--client", "librdkafka"]);
+    assert_exactly_once(&out, "strom", "librdkafka");
+}
+
+#[test]
+fn leader_kill_java_producer() {
+    let out = leader_kill(&["--idempotence", "on", "--client", "java"]);
+    assert_exactly_once(&out, "strom", "java");
+}
+
+/// The comparison side: the same command against three Apache Kafka 4.4 nodes.
+#[test]
+fn leader_kill_on_apache_kafka() {
+    let out = leader_kill(&["--idempotence", "on", "--client", "java", "--broker", "kafka"]);
+    assert_exactly_once(&out, "kafka", "java");
 }
