@@ -22,6 +22,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(15);
+/// How often a call in flight checks that its controller is still the active one.
+const LEADER_CHECK: Duration = Duration::from_millis(50);
 /// Frames from a controller are small; anything bigger is a broken peer.
 const MAX_RESPONSE: usize = 100 * 1024 * 1024;
 
@@ -56,6 +58,10 @@ impl ControllerChannel {
     /// Sends a request frame payload (header and body) to the active controller and returns
     /// the response payload.
     pub async fn forward_raw(&self, payload: &[u8]) -> Result<Bytes, ControllerError> {
+        // One call at a time on the connection: the controller is looked up after the wait, so
+        // a call queued behind one to a controller that has since lost its place goes to the
+        // new one.
+        let mut guard = self.conn.lock().await;
         let leader = self.controller.active_controller();
         let Some(leader) = leader.filter(|&l| l != self.node_id) else {
             return Err(not_controller(leader));
@@ -68,11 +74,10 @@ impl ControllerChannel {
                 .ok_or_else(|| not_controller(Some(leader)))?;
             format!("{}:{}", b.host, b.port)
         };
-        let mut guard = self.conn.lock().await;
         if guard.as_ref().is_some_and(|(id, _)| *id != leader) {
             *guard = None;
         }
-        let result = tokio::time::timeout(CALL_TIMEOUT, async {
+        let call = async {
             if guard.is_none() {
                 let s = TcpStream::connect(&addr).await?;
                 s.set_nodelay(true)?;
@@ -90,18 +95,36 @@ impl ControllerChannel {
             let mut buf = vec![0u8; size as usize];
             s.read_exact(&mut buf).await?;
             Ok::<_, std::io::Error>(Bytes::from(buf))
-        })
-        .await;
+        };
+        // A controller that stops answering without closing the connection (SIGSTOP, a cut
+        // link) is voted out by the quorum within the election timeout; as Kafka's
+        // NodeToControllerChannelManager does on a controller change, give up on it then
+        // rather than at the call timeout, so that AlterPartition and heartbeats reach the new
+        // controller while the old one is still silent.
+        let deposed = async {
+            loop {
+                tokio::time::sleep(LEADER_CHECK).await;
+                if self.controller.active_controller() != Some(leader) {
+                    return;
+                }
+            }
+        };
+        let result = tokio::select! {
+            r = tokio::time::timeout(CALL_TIMEOUT, call) => r.ok(),
+            () = deposed => None,
+        };
         match result {
-            Ok(Ok(b)) => Ok(b),
-            Ok(Err(e)) => {
+            Some(Ok(b)) => Ok(b),
+            Some(Err(e)) => {
                 *guard = None;
                 tracing::debug!(leader, %addr, error = %e, "controller call failed");
                 Err(not_controller(Some(leader)))
             }
-            Err(_) => {
+            None => {
+                // The request may be half-written or its answer still due: never reuse this
+                // connection.
                 *guard = None;
-                Err(not_controller(Some(leader)))
+                Err(not_controller(self.controller.active_controller()))
             }
         }
     }

@@ -233,6 +233,24 @@ impl KafkaCluster {
         Ok(())
     }
 
+    /// The process id of node `id`, when it runs.
+    pub fn pid(&self, id: i32) -> Option<u32> {
+        self.children[(id - 1) as usize].as_ref().map(|c| c.id())
+    }
+
+    /// Reaps node `id` if it has exited; whether it had.
+    pub fn try_reap(&mut self, id: i32) -> anyhow::Result<bool> {
+        let slot = &mut self.children[(id - 1) as usize];
+        let Some(c) = slot.as_mut() else {
+            return Ok(true);
+        };
+        if c.try_wait()?.is_some() {
+            *slot = None;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
     /// SIGKILLs node `id` and reaps it.
     pub fn kill(&mut self, id: i32) -> anyhow::Result<()> {
         let Some(mut c) = self.children[(id - 1) as usize].take() else {

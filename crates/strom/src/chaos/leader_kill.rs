@@ -2,13 +2,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
-use strom_client::{Admin, Client, ClientConfig, Consumer, ConsumerConfig, OffsetReset};
 
-use super::cluster::LocalCluster;
-use super::kafka_cluster::{kafka_libs, KafkaCluster};
+use super::kafka_cluster::kafka_libs;
+use super::nodes::{partition_state, read_all, wait_for, Broker, Nodes};
 use super::producers::{self, ClientKind, Workload};
 
 const TOPIC: &str = "chaos-leader-kill";
@@ -56,22 +55,6 @@ pub struct LeaderKillArgs {
     pub data_dir: PathBuf,
 }
 
-/// The system under test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Broker {
-    Strom,
-    Kafka,
-}
-
-impl Broker {
-    fn name(self) -> &'static str {
-        match self {
-            Broker::Strom => "strom",
-            Broker::Kafka => "kafka",
-        }
-    }
-}
-
 /// What one run measured.
 #[derive(Debug, Default)]
 pub struct Outcome {
@@ -100,12 +83,7 @@ pub struct RunResult {
 
 pub async fn run(args: LeaderKillArgs) -> anyhow::Result<()> {
     let client = ClientKind::parse(&args.client)?;
-    let brokers: Vec<Broker> = match args.broker.as_str() {
-        "strom" => vec![Broker::Strom],
-        "kafka" => vec![Broker::Kafka],
-        "both" => vec![Broker::Strom, Broker::Kafka],
-        other => bail!("--broker must be strom, kafka or both, not '{other}'"),
-    };
+    let brokers = Broker::parse_list(&args.broker)?;
     let settings: Vec<bool> = match args.idempotence.as_str() {
         "on" => vec![true],
         "off" => vec![false],
@@ -270,100 +248,6 @@ pub fn table(results: &[RunResult]) -> String {
     s
 }
 
-/// A Strom or a Kafka cluster of local processes.
-enum Nodes {
-    Strom(LocalCluster),
-    Kafka(KafkaCluster),
-}
-
-impl Nodes {
-    fn bootstrap_without(&self, exclude: &[i32]) -> String {
-        match self {
-            Nodes::Strom(c) => c.bootstrap_without(exclude),
-            Nodes::Kafka(c) => (1..=c.nodes())
-                .filter(|id| !exclude.contains(id))
-                .map(|id| c.broker_addr(id))
-                .collect::<Vec<_>>()
-                .join(","),
-        }
-    }
-
-    fn nodes(&self) -> i32 {
-        match self {
-            Nodes::Strom(c) => c.nodes(),
-            Nodes::Kafka(c) => c.nodes(),
-        }
-    }
-
-    fn kill(&mut self, id: i32) -> anyhow::Result<()> {
-        match self {
-            Nodes::Strom(c) => c.kill(id),
-            Nodes::Kafka(c) => c.kill(id),
-        }
-    }
-
-    fn spawn(&mut self, id: i32) -> anyhow::Result<()> {
-        match self {
-            Nodes::Strom(c) => c.spawn(id),
-            Nodes::Kafka(c) => c.spawn(id),
-        }
-    }
-
-    fn check_alive(&mut self) -> anyhow::Result<()> {
-        match self {
-            Nodes::Strom(c) => c.check_alive(),
-            Nodes::Kafka(c) => c.check_alive(),
-        }
-    }
-
-    fn partition_dir(&self, id: i32) -> PathBuf {
-        match self {
-            Nodes::Strom(c) => c.node_dir(id).join(format!("{TOPIC}-0")),
-            Nodes::Kafka(c) => c.partition_dir(id, TOPIC, 0),
-        }
-    }
-}
-
-async fn connect(bootstrap: &str) -> anyhow::Result<Client> {
-    let mut config = ClientConfig::new(bootstrap);
-    config.client_id = "strom-chaos".into();
-    Ok(Client::connect(config).await?)
-}
-
-/// Retries `f` every 200 ms until it returns `Ok(Some(_))` or `timeout` passes.
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
-{
-    let deadline = Instant::now() + timeout;
-    let mut last = String::new();
-    loop {
-        match f().await {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => {}
-            Err(e) => last = format!("{e:#}"),
-        }
-        if Instant::now() >= deadline {
-            bail!(
-                "timed out after {} s waiting for {what} {last}",
-                timeout.as_secs()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// (leader, isr) of partition 0 as seen through `bootstrap`.
-async fn partition_state(bootstrap: &str) -> anyhow::Result<Option<(i32, Vec<i32>)>> {
-    let admin = Admin::new(connect(bootstrap).await?);
-    let d = admin.describe_topics(Some(&[TOPIC.to_string()])).await?;
-    Ok(d.first()
-        .and_then(|t| t.partitions.first())
-        .filter(|p| p.leader >= 0)
-        .map(|p| (p.leader, p.isr.clone())))
-}
-
 async fn one_run(
     args: &LeaderKillArgs,
     broker: Broker,
@@ -378,53 +262,9 @@ async fn one_run(
         "broker.heartbeat.interval.ms=500".to_string(),
         "replica.fetch.wait.max.ms=100".to_string(),
     ];
-    let mut cluster = match broker {
-        Broker::Strom => Nodes::Strom(LocalCluster::start(dir, args.nodes, &set)?),
-        Broker::Kafka => Nodes::Kafka(KafkaCluster::start(
-            dir,
-            args.nodes,
-            libs.context("--broker kafka needs the Kafka jars")?,
-            &set,
-        )?),
-    };
-    let nodes = cluster.nodes();
-    let all = cluster.bootstrap_without(&[]);
-
-    // Every broker registered, then the topic, then a full ISR.
-    wait_for("all brokers to register", Duration::from_secs(60), || {
-        let all = all.clone();
-        async move {
-            let admin = Admin::new(connect(&all).await?);
-            let c = admin.describe_cluster().await?;
-            Ok((c.brokers.len() as i32 >= nodes).then_some(()))
-        }
-    })
-    .await?;
-    cluster.check_alive()?;
-    wait_for("the topic to be created", Duration::from_secs(30), || {
-        let all = all.clone();
-        async move {
-            let admin = Admin::new(connect(&all).await?);
-            let configs = [("min.insync.replicas".to_string(), "2".to_string())];
-            match admin.create_topic(TOPIC, 1, 3, &configs, false).await {
-                Ok(()) => Ok(Some(())),
-                Err(e) if e.code() == Some(strom_client::ErrorCode::TopicAlreadyExists) => {
-                    Ok(Some(()))
-                }
-                Err(e) => Err(e.into()),
-            }
-        }
-    })
-    .await?;
-    let (leader, _) = wait_for("a leader and a full ISR", Duration::from_secs(30), || {
-        let all = all.clone();
-        async move {
-            Ok(partition_state(&all)
-                .await?
-                .filter(|(_, isr)| isr.len() == 3))
-        }
-    })
-    .await?;
+    let mut cluster = Nodes::start(broker, dir, args.nodes, libs, &set)?;
+    let configs = [("min.insync.replicas".to_string(), "2".to_string())];
+    let leader = cluster.create_topic(TOPIC, &configs).await?;
 
     // The node to kill is known now: the producer never bootstraps from it.
     let bootstrap = cluster.bootstrap_without(&[leader]);
@@ -467,7 +307,11 @@ async fn one_run(
         Duration::from_secs(60),
         || {
             let b = bootstrap.clone();
-            async move { Ok(partition_state(&b).await?.filter(|(_, isr)| isr.len() == 3)) }
+            async move {
+                Ok(partition_state(&b, TOPIC)
+                    .await?
+                    .filter(|(_, isr)| isr.len() == 3))
+            }
         },
     )
     .await;
@@ -477,7 +321,7 @@ async fn one_run(
     cluster.check_alive()?;
 
     // Read the topic from the beginning up to its end offset.
-    let seen = read_all(&bootstrap).await?;
+    let seen = read_all(&bootstrap, TOPIC).await?;
     out.in_topic = seen.len() as u64;
     let mut uniq: std::collections::HashSet<u64> = Default::default();
     let mut max_seen: Option<u64> = None;
@@ -495,70 +339,14 @@ async fn one_run(
     out.lost = acked.iter().filter(|s| !uniq.contains(s)).count() as u64;
 
     // dump-log of the current leader's segment(s): batches per producerId.
-    let now_leader = partition_state(&bootstrap)
+    let now_leader = partition_state(&bootstrap, TOPIC)
         .await?
         .map(|(l, _)| l)
         .unwrap_or(leader);
     out.dump_leader = now_leader;
-    out.pids = dump_log_pids(&cluster.partition_dir(now_leader))?;
+    out.pids = dump_log_pids(&cluster.partition_dir(now_leader, TOPIC, 0))?;
     drop(cluster);
     Ok(out)
-}
-
-/// Every value's sequence number, in offset order, from offset 0 to the end offset.
-async fn read_all(bootstrap: &str) -> anyhow::Result<Vec<u64>> {
-    let client = connect(bootstrap).await?;
-    let config = ConsumerConfig {
-        auto_offset_reset: OffsetReset::Earliest,
-        fetch_max_wait: Duration::from_millis(200),
-        ..Default::default()
-    };
-    let mut consumer = Consumer::new(client, config);
-    consumer.assign(TOPIC, Some(&[0])).await?;
-    let end = wait_for("the end offset", Duration::from_secs(30), || {
-        let c = &consumer;
-        async move {
-            let m = c
-                .list_offsets(TOPIC, &[0], strom_client::consumer::LATEST_TIMESTAMP)
-                .await?;
-            Ok(m.get(&0).copied())
-        }
-    })
-    .await?;
-    consumer.seek_to_beginning(TOPIC, Some(&[0]));
-    let mut seen = Vec::new();
-    let mut last_progress = Instant::now();
-    let mut next = 0i64;
-    while next < end {
-        let batch = match consumer.poll(Duration::from_secs(1)).await {
-            Ok(b) => b,
-            Err(e) => {
-                if last_progress.elapsed() > Duration::from_secs(30) {
-                    return Err(e).context("reading the topic back");
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
-        };
-        if batch.is_empty() {
-            if last_progress.elapsed() > Duration::from_secs(30) {
-                bail!("reading the topic back: stuck at offset {next} of {end}");
-            }
-            continue;
-        }
-        last_progress = Instant::now();
-        for r in batch {
-            next = r.offset + 1;
-            let v = r.value.as_deref().unwrap_or(&[]);
-            let s = std::str::from_utf8(v)
-                .ok()
-                .and_then(|s| s.strip_prefix("seq-"))
-                .and_then(|n| n.parse::<u64>().ok())
-                .ok_or_else(|| anyhow!("unexpected value at offset {}: {v:?}", r.offset))?;
-            seen.push(s);
-        }
-    }
-    Ok(seen)
 }
 
 /// Runs this binary's `dump-log` on the partition dir's .log files; counts batches per

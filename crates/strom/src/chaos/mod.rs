@@ -7,8 +7,10 @@
 //! by side comparison) a local Apache Kafka 4.4 cluster.
 
 mod cluster;
+mod compare;
 mod kafka_cluster;
 mod leader_kill;
+mod nodes;
 mod producers;
 
 pub use leader_kill::LeaderKillArgs;
@@ -24,10 +26,14 @@ pub enum ChaosCommand {
     /// Kill the partition leader with SIGKILL while producing; count duplicates, reorderings
     /// and lost acknowledged records, with idempotence on and off.
     LeaderKill(LeaderKillArgs),
+    /// The replication scenarios (follower pause, leader SIGTERM, ISR loss with clean and
+    /// unclean election) on Strom and on Apache Kafka 4.4, measured side by side.
+    Compare(compare::CompareArgs),
 }
 
 pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     match args.command {
         ChaosCommand::LeaderKill(a) => leader_kill::run(a).await,
+        ChaosCommand::Compare(a) => compare::run(a).await,
     }
 }
