@@ -100,6 +100,7 @@ impl ReplicaManager {
     /// and configs, deletes the logs of removed topics (and of a topic re-created under the same
     /// name, recognised by its topic id).
     pub fn apply_image(&self, image: &MetadataImage) {
+        let now_ms = crate::now_ms();
         let node = self.config.node_id;
         let mut wanted: HashMap<TopicPartition, (Uuid, &BTreeMap<String, String>)> = HashMap::new();
         for t in image.topics.values() {
@@ -160,13 +161,16 @@ impl ReplicaManager {
             if let Some(r) = self.replication.get() {
                 part.set_alter_partition_sender(r.alter_partition.clone());
             }
-            part.apply_leader_and_isr(&LeaderAndIsr {
-                leader: reg.leader,
-                leader_epoch: reg.leader_epoch,
-                partition_epoch: reg.partition_epoch,
-                replicas: reg.replicas.clone(),
-                isr: reg.isr.clone(),
-            });
+            part.apply_leader_and_isr(
+                &LeaderAndIsr {
+                    leader: reg.leader,
+                    leader_epoch: reg.leader_epoch,
+                    partition_epoch: reg.partition_epoch,
+                    replicas: reg.replicas.clone(),
+                    isr: reg.isr.clone(),
+                },
+                now_ms,
+            );
             self.update_fetcher(image, &part, reg.leader, reg.leader_epoch);
         }
     }
