@@ -210,7 +210,14 @@ impl ReplicaManager {
         }
     }
 
-    /// ISR shrink pass (every `replica.lag.time.max.ms / 2`).
+    /// How often the ISR shrink pass runs: every `replica.lag.time.max.ms / 2`, as Kafka's
+    /// `isr-expiration` task, so a follower is out of the ISR at most 1.5 x the lag time after
+    /// it last caught up.
+    pub fn isr_shrink_interval(replica_lag_time_max_ms: i64) -> std::time::Duration {
+        std::time::Duration::from_millis((replica_lag_time_max_ms / 2).max(1) as u64)
+    }
+
+    /// ISR shrink pass (every [`Self::isr_shrink_interval`]).
     pub fn maybe_shrink_isr(&self, now_ms: i64) {
         for p in self.all() {
             if p.is_leader() {
