@@ -189,3 +189,7 @@ fn read_all(
         .with_responses(topics);
     (resp, total, errors)
 }
+
+#[cfg(test)]
+#[path = "fetch_tests.rs"]
+mod tests;
