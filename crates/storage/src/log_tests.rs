@@ -247,7 +247,7 @@ fn rolls_by_segment_ms_from_creation_without_timestamps() {
     append(&mut log, &batch_with(&[T0], 10));
     log.roll(T0).unwrap();
     let untimed = batch_with(&[-1], 10);
-    let mut append_at = |log: &mut UnifiedLog, now: i64| {
+    let append_at = |log: &mut UnifiedLog, now: i64| {
         log.append_as_leader(&untimed, 3, AppendOrigin::Client, now)
             .unwrap();
     };
