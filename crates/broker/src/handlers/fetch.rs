@@ -189,7 +189,3 @@ fn read_all(
         .with_responses(topics);
     (resp, total, errors)
 }
-
-#[cfg(test)]
-#[path = "fetch_tests.rs"]
-mod tests;
