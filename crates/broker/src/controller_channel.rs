@@ -172,7 +172,7 @@ impl ControllerChannel {
         if self.controller.is_active() {
             return self
                 .controller
-                .register_broker(self.node_id, host, port, rack)
+                .register_broker(self.node_id, host, port, rack, crate::monotonic_ms())
                 .await;
         }
         let req = BrokerRegistrationRequest::default()

@@ -75,27 +75,30 @@ impl Partition {
     /// Applies the controller's view of this partition (leader, epoch, ISR), without the
     /// replica list and partition epoch (replicas = ISR + leader). See
     /// [`Self::apply_leader_and_isr`].
-    pub fn update_registration(&self, leader: i32, leader_epoch: i32, isr: Vec<i32>) {
+    pub fn update_registration(&self, leader: i32, leader_epoch: i32, isr: Vec<i32>, now_ms: i64) {
         let mut replicas = isr.clone();
         if !replicas.contains(&leader) && leader >= 0 {
             replicas.push(leader);
         }
         let partition_epoch = self.replication.lock().partition_epoch();
-        self.apply_leader_and_isr(&LeaderAndIsr {
-            leader,
-            leader_epoch,
-            partition_epoch,
-            replicas,
-            isr,
-        });
+        self.apply_leader_and_isr(
+            &LeaderAndIsr {
+                leader,
+                leader_epoch,
+                partition_epoch,
+                replicas,
+                isr,
+            },
+            now_ms,
+        );
     }
 
     /// Applies the controller's view of this partition from a metadata image (Kafka's
     /// `makeLeader` / `makeFollower`). A new leader epoch resets the follower states and records
     /// the epoch's start offset; a changed ISR or partition epoch is a committed ISR change and
-    /// ends a pending one. Re-applying the same registration changes nothing.
-    pub fn apply_leader_and_isr(&self, reg: &LeaderAndIsr) {
-        let now = crate::now_ms();
+    /// ends a pending one. Re-applying the same registration changes nothing. `now_ms` starts
+    /// the followers' catch-up clocks.
+    pub fn apply_leader_and_isr(&self, reg: &LeaderAndIsr, now_ms: i64) {
         let was_leader = self.is_leader();
         let is_leader = reg.leader == self.node_id;
         *self.role.lock() = if is_leader {
@@ -114,9 +117,9 @@ impl Partition {
                 &reg.replicas,
                 &reg.isr,
                 leo,
-                now,
+                now_ms,
             );
-            self.maybe_increment_high_watermark()
+            self.maybe_increment_high_watermark(now_ms)
         };
         let _ = hw_moved;
         // Delayed produces re-check their ISR / leadership; fetches re-read.
@@ -182,8 +185,9 @@ impl Partition {
 
     /// HW = min LEO over the ISR (see [`LeaderState::high_watermark_candidate`]). With only this
     /// replica in the ISR that is its own LEO. Only a leader moves it, and only up. Returns
-    /// whether it moved; the caller wakes the waiters.
-    fn maybe_increment_high_watermark(&self) -> bool {
+    /// whether it moved; the caller wakes the waiters. `now_ms` decides which followers outside
+    /// the ISR are caught up enough to be waited for.
+    fn maybe_increment_high_watermark(&self, now_ms: i64) -> bool {
         if !self.is_leader() {
             return false;
         }
@@ -191,7 +195,7 @@ impl Partition {
         let candidate = self
             .replication
             .lock()
-            .high_watermark_candidate(leo, crate::now_ms());
+            .high_watermark_candidate(leo, now_ms);
         match candidate {
             Some(hw) => self.high_watermark.fetch_max(hw, Ordering::AcqRel) < hw,
             None => false,
@@ -210,7 +214,7 @@ impl Partition {
             let info = log.append_as_leader(records, self.leader_epoch(), origin, now_ms)?;
             self.log_end_offset
                 .store(log.log_end_offset(), Ordering::Release);
-            self.maybe_increment_high_watermark();
+            self.maybe_increment_high_watermark(now_ms);
             info
         };
         self.wake_waiters();
@@ -304,7 +308,7 @@ impl Partition {
         if let Some(p) = proposal {
             self.submit(p);
         }
-        if leo_moved && self.maybe_increment_high_watermark() {
+        if leo_moved && self.maybe_increment_high_watermark(now_ms) {
             self.wake_waiters();
         }
         true

@@ -100,6 +100,7 @@ impl ReplicaManager {
     /// and configs, deletes the logs of removed topics (and of a topic re-created under the same
     /// name, recognised by its topic id).
     pub fn apply_image(&self, image: &MetadataImage) {
+        let now_ms = crate::now_ms();
         let node = self.config.node_id;
         let mut wanted: HashMap<TopicPartition, (Uuid, &BTreeMap<String, String>)> = HashMap::new();
         for t in image.topics.values() {
@@ -160,13 +161,16 @@ impl ReplicaManager {
             if let Some(r) = self.replication.get() {
                 part.set_alter_partition_sender(r.alter_partition.clone());
             }
-            part.apply_leader_and_isr(&LeaderAndIsr {
-                leader: reg.leader,
-                leader_epoch: reg.leader_epoch,
-                partition_epoch: reg.partition_epoch,
-                replicas: reg.replicas.clone(),
-                isr: reg.isr.clone(),
-            });
+            part.apply_leader_and_isr(
+                &LeaderAndIsr {
+                    leader: reg.leader,
+                    leader_epoch: reg.leader_epoch,
+                    partition_epoch: reg.partition_epoch,
+                    replicas: reg.replicas.clone(),
+                    isr: reg.isr.clone(),
+                },
+                now_ms,
+            );
             self.update_fetcher(image, &part, reg.leader, reg.leader_epoch);
         }
     }
@@ -206,7 +210,14 @@ impl ReplicaManager {
         }
     }
 
-    /// ISR shrink pass (every `replica.lag.time.max.ms / 2`).
+    /// How often the ISR shrink pass runs: every `replica.lag.time.max.ms / 2`, as Kafka's
+    /// `isr-expiration` task, so a follower is out of the ISR at most 1.5 x the lag time after
+    /// it last caught up.
+    pub fn isr_shrink_interval(replica_lag_time_max_ms: i64) -> std::time::Duration {
+        std::time::Duration::from_millis((replica_lag_time_max_ms / 2).max(1) as u64)
+    }
+
+    /// ISR shrink pass (every [`Self::isr_shrink_interval`]).
     pub fn maybe_shrink_isr(&self, now_ms: i64) {
         for p in self.all() {
             if p.is_leader() {

@@ -368,8 +368,8 @@ async fn background_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>)
     ));
     let mut checkpoint =
         tokio::time::interval(Duration::from_millis(cfg.checkpoint_interval_ms.max(1)));
-    let mut isr_shrink = tokio::time::interval(Duration::from_millis(
-        (cfg.replica_lag_time_max_ms / 2).max(1) as u64,
+    let mut isr_shrink = tokio::time::interval(ReplicaManager::isr_shrink_interval(
+        cfg.replica_lag_time_max_ms,
     ));
     isr_shrink.tick().await;
     let mut expiration = tokio::time::interval(Duration::from_millis(

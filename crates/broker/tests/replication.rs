@@ -31,6 +31,13 @@ use tokio::sync::oneshot;
 const LEADER: i32 = 1;
 const FOLLOWER: i32 = 2;
 
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
 /// One batch of `n` records whose values start with `tag`.
 fn batch(tag: &str, n: usize) -> Vec<u8> {
     let records: Vec<Record> = (0..n)
@@ -118,13 +125,16 @@ impl Leader {
             )
             .await;
         let p = self.broker.replica_manager.get(topic, 0).expect("hosted");
-        p.apply_leader_and_isr(&LeaderAndIsr {
-            leader: LEADER,
-            leader_epoch,
-            partition_epoch: 100,
-            replicas: vec![LEADER, FOLLOWER],
-            isr: isr.to_vec(),
-        });
+        p.apply_leader_and_isr(
+            &LeaderAndIsr {
+                leader: LEADER,
+                leader_epoch,
+                partition_epoch: 100,
+                replicas: vec![LEADER, FOLLOWER],
+                isr: isr.to_vec(),
+            },
+            now_ms(),
+        );
         p
     }
 
@@ -150,13 +160,16 @@ fn follower_partition(dir: &Path, leader: &Partition, leader_epoch: i32) -> Arc<
         log,
         0,
     ));
-    p.apply_leader_and_isr(&LeaderAndIsr {
-        leader: LEADER,
-        leader_epoch,
-        partition_epoch: 100,
-        replicas: vec![LEADER, FOLLOWER],
-        isr: vec![LEADER, FOLLOWER],
-    });
+    p.apply_leader_and_isr(
+        &LeaderAndIsr {
+            leader: LEADER,
+            leader_epoch,
+            partition_epoch: 100,
+            replicas: vec![LEADER, FOLLOWER],
+            isr: vec![LEADER, FOLLOWER],
+        },
+        now_ms(),
+    );
     p
 }
 
@@ -275,13 +288,16 @@ async fn follower_replicates_keeps_up_and_drives_hw_and_acks_all() {
     // min.insync.replicas = 2 with the ISR shrunk to the leader: refused before the append.
     lp.set_min_insync_replicas(2);
     assert!(lp.check_min_isr_for_acks_all().is_ok());
-    lp.apply_leader_and_isr(&LeaderAndIsr {
-        leader: LEADER,
-        leader_epoch: 0,
-        partition_epoch: 101,
-        replicas: vec![LEADER, FOLLOWER],
-        isr: vec![LEADER],
-    });
+    lp.apply_leader_and_isr(
+        &LeaderAndIsr {
+            leader: LEADER,
+            leader_epoch: 0,
+            partition_epoch: 101,
+            replicas: vec![LEADER, FOLLOWER],
+            isr: vec![LEADER],
+        },
+        now_ms(),
+    );
     assert!(lp.check_min_isr_for_acks_all().is_err());
     leader.stop().await;
 }
@@ -317,13 +333,16 @@ async fn caught_up_follower_is_proposed_for_the_isr() {
     );
     // Pending until committed: the old ISR stays, one proposal only.
     assert_eq!(lp.isr(), vec![LEADER]);
-    lp.apply_leader_and_isr(&LeaderAndIsr {
-        leader: LEADER,
-        leader_epoch: 3,
-        partition_epoch: 101,
-        replicas: vec![LEADER, FOLLOWER],
-        isr: vec![LEADER, FOLLOWER],
-    });
+    lp.apply_leader_and_isr(
+        &LeaderAndIsr {
+            leader: LEADER,
+            leader_epoch: 3,
+            partition_epoch: 101,
+            replicas: vec![LEADER, FOLLOWER],
+            isr: vec![LEADER, FOLLOWER],
+        },
+        now_ms(),
+    );
     assert_eq!(lp.isr(), vec![LEADER, FOLLOWER]);
     assert_eq!(proposals.lock().len(), 1);
     eventually("follower in sync", || fp.high_watermark() == 40).await;
@@ -359,13 +378,16 @@ async fn divergent_follower_truncates_and_converges() {
         .unwrap();
     }
     assert_eq!(fp.log_end_offset(), 23);
-    lp.apply_leader_and_isr(&LeaderAndIsr {
-        leader: LEADER,
-        leader_epoch: 5,
-        partition_epoch: 102,
-        replicas: vec![LEADER, FOLLOWER],
-        isr: vec![LEADER, FOLLOWER],
-    });
+    lp.apply_leader_and_isr(
+        &LeaderAndIsr {
+            leader: LEADER,
+            leader_epoch: 5,
+            partition_epoch: 102,
+            replicas: vec![LEADER, FOLLOWER],
+            isr: vec![LEADER, FOLLOWER],
+        },
+        now_ms(),
+    );
     for i in 0..6 {
         lp.append_records_to_leader(&batch(&format!("new{i}"), 2), AppendOrigin::Client, now)
             .unwrap();
@@ -413,13 +435,16 @@ async fn divergent_follower_truncates_and_converges() {
             ErrorCode::FencedLeaderEpoch.code()
         );
     }
-    fp.apply_leader_and_isr(&LeaderAndIsr {
-        leader: LEADER,
-        leader_epoch: 5,
-        partition_epoch: 102,
-        replicas: vec![LEADER, FOLLOWER],
-        isr: vec![LEADER, FOLLOWER],
-    });
+    fp.apply_leader_and_isr(
+        &LeaderAndIsr {
+            leader: LEADER,
+            leader_epoch: 5,
+            partition_epoch: 102,
+            replicas: vec![LEADER, FOLLOWER],
+            isr: vec![LEADER, FOLLOWER],
+        },
+        now_ms(),
+    );
     fetcher.add_partitions(vec![(fp.clone(), 5)]);
     eventually("diverged follower converges", || {
         fp.log_end_offset() == lp.log_end_offset() && fp.high_watermark() == lp.log_end_offset()

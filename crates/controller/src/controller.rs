@@ -564,13 +564,16 @@ impl QuorumController {
         }
     }
 
-    /// Records the broker's endpoint if it changed since the last registration.
+    /// Records the broker's endpoint if it changed since the last registration. The broker's
+    /// session starts now (Kafka's `BrokerHeartbeatManager.register`), so a broker that dies
+    /// before its first heartbeat is still fenced after the session timeout.
     pub async fn register_broker(
         &self,
         node_id: i32,
         host: &str,
         port: i32,
         rack: Option<String>,
+        now_ms: u64,
     ) -> Result<(), ControllerError> {
         let _op = self.op_lock.lock().await;
         self.check_active()?;
@@ -583,10 +586,11 @@ impl QuorumController {
         };
         let unchanged = matches!(image.brokers.get(&node_id), Some(b)
             if MetadataRecord::RegisterBroker { node_id, host: b.host.clone(), port: b.port, rack: b.rack.clone() } == record);
-        if unchanged {
-            return Ok(());
+        if !unchanged {
+            self.commit(vec![record]).await?;
         }
-        self.commit(vec![record]).await
+        self.touch_heartbeat(node_id, now_ms);
+        Ok(())
     }
 
     pub async fn create_topics(

@@ -18,7 +18,7 @@ fn controller(dir: &Path) -> QuorumController {
         },
     )
     .unwrap();
-    block(c.register_broker(1, "127.0.0.1", 9092, None)).unwrap();
+    block(c.register_broker(1, "127.0.0.1", 9092, None, 1)).unwrap();
     c
 }
 
@@ -196,4 +196,84 @@ fn rack_unaware_matches_kafka_layout() {
     assert_eq!(a[4], vec![4, 0, 1]);
     assert_eq!(a[5], vec![0, 2, 3]);
     assert_eq!(a[9], vec![4, 1, 2]);
+}
+
+/// Session fencing through the controller on an injected monotonic clock (Kafka's
+/// `BrokerHeartbeatManager`): a session is valid while last contact + timeout >= now, so the
+/// broker is fenced by the first check 1 ms past it; the fencing moves its leadership to the
+/// ISR; a heartbeat unfences it without taking leadership back; regular heartbeats keep every
+/// other broker unfenced.
+#[test]
+fn broker_fenced_exactly_after_its_session_timeout() {
+    const TIMEOUT: u64 = crate::cluster_control::DEFAULT_BROKER_SESSION_TIMEOUT_MS;
+    const T0: u64 = 50_000;
+    let dir = tempfile::tempdir().unwrap();
+    let c = controller(dir.path());
+    for b in [2, 3] {
+        block(c.register_broker(b, "127.0.0.1", 9090 + b, None, 1)).unwrap();
+    }
+    let mut s = spec("t", 1);
+    s.replication_factor = 3;
+    assert!(block(c.create_topics(&[s], false))[0].is_ok());
+    let partition = |c: &QuorumController| c.image().topic("t").unwrap().partitions[&0].clone();
+    let fenced = |c: &QuorumController, b: i32| c.image().brokers[&b].fenced;
+    let leader = partition(&c).leader;
+    let others: Vec<i32> = [1, 2, 3].into_iter().filter(|&b| b != leader).collect();
+    for b in [1, 2, 3] {
+        assert!(!block(c.heartbeat(b, T0, false)).unwrap());
+    }
+    for &b in &others {
+        block(c.heartbeat(b, T0 + 4_000, false)).unwrap();
+    }
+
+    block(c.fence_stale_brokers(T0 + TIMEOUT, TIMEOUT, false));
+    assert!(!fenced(&c, leader), "exactly at last contact + timeout");
+    assert_eq!(partition(&c).leader, leader);
+    block(c.fence_stale_brokers(T0 + TIMEOUT + 1, TIMEOUT, false));
+    assert!(fenced(&c, leader), "1 ms past the session timeout");
+    let p = partition(&c);
+    assert!(others.contains(&p.leader), "{p:?}");
+    let mut isr = p.isr.clone();
+    isr.sort_unstable();
+    assert_eq!(isr, others);
+    assert!(others.iter().all(|&b| !fenced(&c, b)));
+
+    // A heartbeat unfences it; leadership stays where it went.
+    block(c.heartbeat(leader, T0 + TIMEOUT + 2, false)).unwrap();
+    assert!(!fenced(&c, leader));
+    assert!(others.contains(&partition(&c).leader));
+
+    // A minute of heartbeats every 2 s (broker.heartbeat.interval.ms) and fence checks every
+    // 500 ms (the broker's chore) fences nobody.
+    let mut now = T0 + TIMEOUT + 2;
+    for step in 1..=120 {
+        now += 500;
+        if step % 4 == 0 {
+            for b in [1, 2, 3] {
+                block(c.heartbeat(b, now, false)).unwrap();
+            }
+        }
+        block(c.fence_stale_brokers(now, TIMEOUT, false));
+        assert!([1, 2, 3].iter().all(|&b| !fenced(&c, b)), "at {now}");
+    }
+}
+
+/// A broker's session starts at its registration (Kafka's `BrokerHeartbeatManager.register`):
+/// one that registers and never heartbeats is fenced after the session timeout too.
+#[test]
+fn registration_starts_the_session() {
+    const TIMEOUT: u64 = 2_000;
+    let dir = tempfile::tempdir().unwrap();
+    let c = controller(dir.path());
+    block(c.heartbeat(1, 10_000, false)).unwrap();
+    block(c.register_broker(2, "127.0.0.1", 9093, None, 10_000)).unwrap();
+    block(c.fence_stale_brokers(12_000, TIMEOUT, false));
+    assert!(!c.image().brokers[&2].fenced);
+    block(c.fence_stale_brokers(12_001, TIMEOUT, false));
+    assert!(c.image().brokers[&2].fenced);
+    // Re-registering (a restart) renews the session, it does not unfence.
+    block(c.register_broker(2, "127.0.0.1", 9093, None, 20_000)).unwrap();
+    assert!(c.image().brokers[&2].fenced);
+    block(c.heartbeat(2, 20_001, false)).unwrap();
+    assert!(!c.image().brokers[&2].fenced);
 }

@@ -234,6 +234,31 @@ fn rolls_by_segment_ms_and_explicitly() {
     assert_eq!(offsets(&read_all(&log, 0)), vec![(0, 0), (1, 1), (2, 2)]);
 }
 
+/// Without record timestamps `segment.ms` counts from the segment's creation, on the `now_ms`
+/// passed to the roll and the appends (Kafka's `timeWaitedForRoll`, rolling when over the limit).
+#[test]
+fn rolls_by_segment_ms_from_creation_without_timestamps() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_ms: 1000,
+        ..LogConfig::default()
+    };
+    let mut log = open(dir.path(), config);
+    append(&mut log, &batch_with(&[T0], 10));
+    log.roll(T0).unwrap();
+    let untimed = batch_with(&[-1], 10);
+    let append_at = |log: &mut UnifiedLog, now: i64| {
+        log.append_as_leader(&untimed, 3, AppendOrigin::Client, now)
+            .unwrap();
+    };
+    append_at(&mut log, T0 + 1);
+    append_at(&mut log, T0 + 1000);
+    assert_eq!(log.num_segments(), 2, "exactly segment.ms after creation");
+    append_at(&mut log, T0 + 1001);
+    assert_eq!(log.num_segments(), 3);
+    assert_eq!(log.segments().last().unwrap().base_offset(), 3);
+}
+
 #[test]
 fn rolls_when_index_full() {
     let dir = tempfile::tempdir().unwrap();

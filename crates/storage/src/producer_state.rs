@@ -649,8 +649,19 @@ mod tests {
     fn expiration() {
         let (_d, mut m) = psm();
         m.set_expiration_ms(100);
+        // The batch's max timestamp (1000) starts the clock; Kafka expires at now - last >= limit.
         m.update(&batch(1, 0, 0, 1), 0);
-        assert_eq!(m.remove_expired_producers(1_050), 0);
-        assert_eq!(m.remove_expired_producers(1_100), 1);
+        m.update(&batch(2, 0, 0, 1), 1);
+        assert_eq!(
+            m.remove_expired_producers(1_099),
+            0,
+            "1 ms before the limit"
+        );
+        let mut later = batch(2, 0, 1, 1);
+        later.max_timestamp = 1_050;
+        m.update(&later, 2);
+        assert_eq!(m.remove_expired_producers(1_100), 1, "exactly at the limit");
+        assert_eq!(m.remove_expired_producers(1_149), 0);
+        assert_eq!(m.remove_expired_producers(1_150), 1);
     }
 }

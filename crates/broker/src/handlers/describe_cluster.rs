@@ -21,9 +21,11 @@ pub fn handle(broker: &Arc<Broker>, req: DescribeClusterRequest) -> DescribeClus
             .with_error_message(Some(str_bytes("The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER")));
     }
     let image = broker.image();
+    // Versions 0-1 list only unfenced brokers, as Kafka's `getAliveBrokerNodes`.
     let brokers = image
         .brokers
         .values()
+        .filter(|b| !b.fenced)
         .map(|b| {
             DescribeClusterBroker::default()
                 .with_broker_id(BrokerId(b.node_id))

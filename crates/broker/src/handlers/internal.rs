@@ -28,6 +28,7 @@ pub async fn broker_registration(
                     l.host.as_str(),
                     l.port as i32,
                     req.rack.as_ref().map(|r| r.to_string()),
+                    crate::monotonic_ms(),
                 )
                 .await
         }

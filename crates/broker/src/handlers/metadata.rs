@@ -83,10 +83,13 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
         .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
 }
 
+/// The live brokers: a fenced one is left out (Kafka's `getAliveBrokerNodes`), so clients stop
+/// connecting to it; its replicas show up in `offline_replicas` instead.
 fn brokers(image: &MetadataImage) -> Vec<MetadataResponseBroker> {
     image
         .brokers
         .values()
+        .filter(|b| !b.fenced)
         .map(|b| {
             MetadataResponseBroker::default()
                 .with_node_id(BrokerId(b.node_id))
@@ -129,4 +132,37 @@ fn topic_response(image: &MetadataImage, t: &TopicImage) -> MetadataResponseTopi
         .with_is_internal(names::is_internal(&t.name))
         .with_partitions(partitions)
         .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+}
+
+#[cfg(test)]
+mod tests {
+    use strom_controller::MetadataRecord;
+
+    use super::*;
+
+    #[test]
+    fn fenced_brokers_are_not_listed() {
+        let mut image = MetadataImage::default();
+        for node_id in [1, 2, 3] {
+            image.replay(&MetadataRecord::RegisterBroker {
+                node_id,
+                host: "127.0.0.1".into(),
+                port: 9090 + node_id,
+                rack: None,
+            });
+        }
+        let fence = |fenced| MetadataRecord::BrokerRegistrationChange {
+            broker_id: 2,
+            fenced: Some(fenced),
+            in_controlled_shutdown: None,
+        };
+        let ids = |image: &MetadataImage| -> Vec<i32> {
+            brokers(image).iter().map(|b| b.node_id.0).collect()
+        };
+        assert_eq!(ids(&image), vec![1, 2, 3]);
+        image.replay(&fence(true));
+        assert_eq!(ids(&image), vec![1, 3]);
+        image.replay(&fence(false));
+        assert_eq!(ids(&image), vec![1, 2, 3]);
+    }
 }

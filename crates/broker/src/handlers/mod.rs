@@ -14,6 +14,8 @@ mod list_offsets;
 mod metadata;
 mod offset_for_leader_epoch;
 mod produce;
+#[cfg(test)]
+mod purgatory_tests;
 mod reassignments;
 mod topics;
 

@@ -38,6 +38,18 @@ impl FollowerState {
         }
     }
 
+    /// A leader re-elected in a new epoch (Kafka's `resetReplicaState` with `isNewLeader` false):
+    /// the follower's offsets stay known, so the HW need not wait for its next fetch. Its catch-up
+    /// clock restarts as for a new leader, and its previous fetch is taken to have been at the
+    /// epoch start, now for an ISR member and at time 0 otherwise, so an out-of-sync follower is
+    /// not brought back before it fetches again.
+    pub fn reset_for_new_epoch(&mut self, now_ms: i64, in_sync: bool, epoch_start_offset: i64) {
+        let t = if in_sync { now_ms } else { 0 };
+        self.last_fetch_leader_log_end_offset = epoch_start_offset;
+        self.last_fetch_time_ms = t;
+        self.last_caught_up_time_ms = t;
+    }
+
     /// Records a fetch at `fetch_offset` (Kafka's `updateFetchStateOrThrow`). The follower is
     /// caught up now if it asked for the leader's log end; it was caught up at its previous fetch
     /// if it now asks for at least what the leader had then.
@@ -113,9 +125,10 @@ impl LeaderState {
         }
     }
 
-    /// Applies a registration in which this broker leads. A new leader epoch (or becoming
-    /// leader) resets every follower and records where the epoch starts (Kafka's `makeLeader`);
-    /// within the same epoch followers keep their state. A registration that differs from the
+    /// Applies a registration in which this broker leads. A new leader epoch records where the
+    /// epoch starts and resets every follower (Kafka's `makeLeader` / `resetReplicaState`): a
+    /// new leader forgets all follower offsets; a leader re-elected in a new epoch keeps them.
+    /// Within the same epoch followers keep their state. A registration that differs from the
     /// applied one (partition epoch, ISR or replicas) is a committed change and ends any pending
     /// ISR change; re-applying the same one keeps it pending. Returns whether anything changed.
     #[allow(clippy::too_many_arguments)]
@@ -139,7 +152,12 @@ impl LeaderState {
         }
         if new_epoch {
             self.leader_epoch_start_offset = leader_log_end_offset;
-            self.followers.clear();
+            if new_leader {
+                self.followers.clear();
+            }
+            for (id, f) in self.followers.iter_mut() {
+                f.reset_for_new_epoch(now_ms, isr.contains(id), leader_log_end_offset);
+            }
         }
         let mut replicas = replicas.to_vec();
         if !replicas.contains(&self.local_id) {
@@ -468,14 +486,30 @@ mod tests {
     #[test]
     fn new_leader_epoch_resets_followers() {
         let mut s = three(0);
-        s.update_follower_fetch_state(2, 100, 0, 1, 100);
-        s.apply_registration(false, 6, 11, &[1, 2, 3], &[1, 2, 3], 130, 5_000);
+        s.update_follower_fetch_state(2, 100, 7, 1, 100);
+        s.update_follower_fetch_state(3, 90, 0, 1, 100);
+        // Re-elected in a new epoch: offsets are kept, the catch-up clocks restart
+        // (Kafka's resetReplicaState with isNewLeader = false).
+        s.apply_registration(false, 6, 11, &[1, 2, 3], &[1, 2], 130, 50_000);
         assert_eq!(s.leader_epoch_start_offset(), 130);
-        let f = s.follower(2).unwrap();
-        assert_eq!(f.log_end_offset, -1);
-        assert_eq!(f.last_caught_up_time_ms, 5_000);
+        let f = *s.follower(2).unwrap();
+        assert_eq!((f.log_end_offset, f.log_start_offset), (100, 7));
+        assert_eq!(f.last_fetch_leader_log_end_offset, 130);
+        assert_eq!(
+            (f.last_fetch_time_ms, f.last_caught_up_time_ms),
+            (50_000, 50_000)
+        );
+        let f = *s.follower(3).unwrap();
+        assert_eq!(f.log_end_offset, 90);
+        assert_eq!((f.last_fetch_time_ms, f.last_caught_up_time_ms), (0, 0));
+        // The kept LEOs bound the HW at once.
+        assert_eq!(s.high_watermark_candidate(130, 50_000), Some(100));
+        // Becoming leader (again) forgets every follower offset.
+        s.apply_registration(true, 7, 12, &[1, 2, 3], &[1, 2, 3], 130, 60_000);
+        let f = *s.follower(2).unwrap();
+        assert_eq!(f, FollowerState::reset(60_000, true));
         // Reassignment drops followers no longer assigned.
-        s.apply_registration(false, 6, 12, &[1, 2], &[1, 2], 130, 5_001);
+        s.apply_registration(false, 7, 13, &[1, 2], &[1, 2], 130, 60_001);
         assert!(s.follower(3).is_none());
         assert_eq!(s.update_follower_fetch_state(3, 1, 0, 1, 1), None);
     }

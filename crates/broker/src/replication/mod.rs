@@ -18,6 +18,8 @@
 pub mod delayed_produce;
 pub mod fetcher;
 pub mod leader_state;
+#[cfg(test)]
+mod timing_tests;
 
 use std::collections::BTreeMap;
 

@@ -202,6 +202,33 @@ pub fn admin_controller(c: &Cluster, node: i32) -> i32 {
     resp.controller_id.0
 }
 
+/// The offline replicas (fenced or unregistered brokers) of `topic`-0 in `node`'s image, sorted,
+/// from a raw Metadata v12 answer (rdkafka does not expose them).
+pub fn offline_replicas(c: &Cluster, node: i32, topic: &str) -> Vec<i32> {
+    use strom_protocol::kafka::messages::{ApiKey, MetadataRequest, MetadataResponse};
+    let port = c.nodes.iter().find(|n| n.id == node).unwrap().port;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let resp: MetadataResponse = super::raw_call(
+        &mut s,
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default().with_topics(None),
+    );
+    let t = resp
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+        .expect("topic in metadata");
+    let p = t
+        .partitions
+        .iter()
+        .find(|p| p.partition_index == 0)
+        .unwrap();
+    let mut out: Vec<i32> = p.offline_replicas.iter().map(|b| b.0).collect();
+    out.sort_unstable();
+    out
+}
+
 pub fn create_topic(
     c: &Cluster,
     via: &[i32],

@@ -1,0 +1,213 @@
+//! The delayed operations of the request handlers on tokio's paused clock (Kafka's fetch and
+//! produce purgatories): a fetch short of `min_bytes` answers when an append wakes it, or with
+//! what it has exactly at `max_wait_ms`; an acks=all produce answers when a follower fetch moves
+//! the HW past its batch, or with REQUEST_TIMED_OUT exactly at the request's `timeout_ms`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use strom_controller::CreateTopicSpec;
+use strom_protocol::kafka::messages::fetch_request::{FetchPartition, FetchTopic};
+use strom_protocol::kafka::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use strom_protocol::kafka::messages::{
+    BrokerId, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, TopicName,
+};
+use strom_protocol::kafka::protocol::StrBytes;
+use strom_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use strom_protocol::ErrorCode;
+use strom_storage::AppendOrigin;
+use tokio::time::Instant;
+
+use super::{fetch, produce};
+use crate::config::BrokerConfig;
+use crate::partition::Partition;
+use crate::replication::LeaderAndIsr;
+use crate::server::Server;
+
+fn one_record() -> Vec<u8> {
+    let record = Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: 0,
+        timestamp: 1_700_000_000_000,
+        key: None,
+        value: Some(Bytes::from_static(b"v")),
+        headers: Default::default(),
+    };
+    let mut buf = BytesMut::new();
+    let opts = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut buf, &[record], &opts).unwrap();
+    buf.to_vec()
+}
+
+/// A single-node broker (not serving: no chores run) hosting topic `t` with one partition.
+async fn broker(dir: &tempfile::TempDir) -> (Server, Arc<Partition>) {
+    let config = BrokerConfig::new(
+        1,
+        "127.0.0.1:0".parse().unwrap(),
+        None,
+        dir.path().to_path_buf(),
+        BTreeMap::new(),
+    )
+    .unwrap();
+    let server = Server::start(config).await.unwrap();
+    let spec = CreateTopicSpec {
+        name: "t".into(),
+        num_partitions: 1,
+        replication_factor: 1,
+        ..Default::default()
+    };
+    let b = server.broker();
+    assert!(b.controller.create_topics(&[spec], false).await[0].is_ok());
+    let p = b.replica_manager.get("t", 0).expect("hosted");
+    (server, p)
+}
+
+fn request(max_wait_ms: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str("t")))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_current_leader_epoch(-1)
+                .with_fetch_offset(0)
+                .with_log_start_offset(-1)
+                .with_partition_max_bytes(1 << 20)])])
+}
+
+fn record_bytes(resp: &FetchResponse) -> usize {
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    p.records.as_ref().map_or(0, |r| r.len())
+}
+
+/// Lets spawned tasks run without letting paused time auto-advance.
+async fn settle() {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn fetch_waits_exactly_max_wait_ms_for_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, _) = broker(&dir).await;
+    let b = server.broker();
+    let start = Instant::now();
+    let waiting = tokio::spawn(async move { fetch::handle(&b, request(500), 12).await });
+    settle().await;
+    tokio::time::advance(Duration::from_millis(499)).await;
+    settle().await;
+    assert!(!waiting.is_finished(), "1 ms before max_wait_ms");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    settle().await;
+    assert!(waiting.is_finished(), "at max_wait_ms");
+    assert_eq!(record_bytes(&waiting.await.unwrap()), 0);
+    assert_eq!(start.elapsed(), Duration::from_millis(500));
+}
+
+#[tokio::test(start_paused = true)]
+async fn fetch_answers_on_the_append_that_brings_min_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, p) = broker(&dir).await;
+    let b = server.broker();
+    let start = Instant::now();
+    let waiting = tokio::spawn(async move { fetch::handle(&b, request(30_000), 12).await });
+    settle().await;
+    tokio::time::advance(Duration::from_millis(1_234)).await;
+    settle().await;
+    assert!(!waiting.is_finished());
+    p.append_records_to_leader(&one_record(), AppendOrigin::Client, crate::now_ms())
+        .unwrap();
+    settle().await;
+    assert!(waiting.is_finished(), "woken by the append, not by a poll");
+    assert!(record_bytes(&waiting.await.unwrap()) > 0);
+    assert_eq!(start.elapsed(), Duration::from_millis(1_234));
+}
+
+fn produce_request(timeout_ms: i32) -> ProduceRequest {
+    ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(timeout_ms)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_static_str("t")))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(Bytes::from(one_record())))])])
+}
+
+fn produce_error(resp: &ProduceResponse) -> i16 {
+    let p = &resp.responses[0].partition_responses[0];
+    assert_eq!(p.base_offset, 0, "appended before waiting");
+    p.error_code
+}
+
+/// Broker 1's partition gets a follower, 2, in its ISR, so acks=all waits for it.
+fn add_follower(p: &Partition) {
+    let reg = LeaderAndIsr {
+        leader: 1,
+        leader_epoch: 1,
+        partition_epoch: 1,
+        replicas: vec![1, 2],
+        isr: vec![1, 2],
+    };
+    p.apply_leader_and_isr(&reg, crate::now_ms());
+}
+
+#[tokio::test(start_paused = true)]
+async fn acks_all_produce_times_out_exactly_at_timeout_ms() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, p) = broker(&dir).await;
+    add_follower(&p);
+    let b = server.broker();
+    let start = Instant::now();
+    let waiting = tokio::spawn(async move { produce::handle(&b, produce_request(1_500), 9).await });
+    settle().await;
+    assert_eq!(p.log_end_offset(), 1);
+    tokio::time::advance(Duration::from_millis(1_499)).await;
+    settle().await;
+    assert!(!waiting.is_finished(), "1 ms before timeout_ms");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    settle().await;
+    assert!(waiting.is_finished(), "at timeout_ms");
+    let resp = waiting.await.unwrap();
+    assert_eq!(produce_error(&resp), ErrorCode::RequestTimedOut.code());
+    assert_eq!(start.elapsed(), Duration::from_millis(1_500));
+}
+
+#[tokio::test(start_paused = true)]
+async fn acks_all_produce_answers_on_the_follower_fetch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, p) = broker(&dir).await;
+    add_follower(&p);
+    let b = server.broker();
+    let start = Instant::now();
+    let waiting =
+        tokio::spawn(async move { produce::handle(&b, produce_request(30_000), 9).await });
+    settle().await;
+    tokio::time::advance(Duration::from_millis(250)).await;
+    settle().await;
+    assert!(!waiting.is_finished());
+    assert!(p.update_follower_fetch_state(2, 1, 0, crate::now_ms(), 1));
+    settle().await;
+    assert!(waiting.is_finished(), "woken by the fetch, not by a poll");
+    assert_eq!(produce_error(&waiting.await.unwrap()), 0);
+    assert_eq!(start.elapsed(), Duration::from_millis(250));
+}
