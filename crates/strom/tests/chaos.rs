@@ -109,7 +109,10 @@ fn assert_exactly_once(out: &str, broker: &str, client: &str) {
     assert_eq!(f[9], "0", "reorderings with idempotence on:\n{out}");
     assert_eq!(f[10], "0", "lost records with idempotence on:\n{out}");
     assert_eq!(f[7], "5000", "unique records with idempotence on:\n{out}");
-    assert_eq!(f[4], "5000", "acknowledged records with idempotence on:\n{out}");
+    assert_eq!(
+        f[4], "5000",
+        "acknowledged records with idempotence on:\n{out}"
+    );
 }
 
 #[test]
@@ -139,6 +142,13 @@ fn leader_kill_java_producer() {
 /// The comparison side: the same command against three Apache Kafka 4.4 nodes.
 #[test]
 fn leader_kill_on_apache_kafka() {
-    let out = leader_kill(&["--idempotence", "on", "--client", "java", "--broker", "kafka"]);
+    let out = leader_kill(&[
+        "--idempotence",
+        "on",
+        "--client",
+        "java",
+        "--broker",
+        "kafka",
+    ]);
     assert_exactly_once(&out, "kafka", "java");
 }
