@@ -321,6 +321,27 @@ impl ControllerChannel {
         let resp: BrokerHeartbeatResponse = self.call(ApiKey::BrokerHeartbeat, 0, &req).await?;
         code_to_result(resp.error_code, self.controller.active_controller())
     }
+
+    /// A heartbeat with `wantShutDown`: asks the active controller to move this broker's
+    /// leaderships away; whether it may shut down now (`shouldShutDown`).
+    pub async fn controlled_shutdown(
+        &self,
+        now_ms: u64,
+        unclean_default: bool,
+    ) -> Result<bool, ControllerError> {
+        if self.controller.is_active() {
+            return self
+                .controller
+                .controlled_shutdown(self.node_id, now_ms, unclean_default)
+                .await;
+        }
+        let req = BrokerHeartbeatRequest::default()
+            .with_broker_id(BrokerId(self.node_id))
+            .with_want_shut_down(true);
+        let resp: BrokerHeartbeatResponse = self.call(ApiKey::BrokerHeartbeat, 0, &req).await?;
+        code_to_result(resp.error_code, self.controller.active_controller())?;
+        Ok(resp.should_shut_down)
+    }
 }
 
 /// Frames the payload of a forwarded response for the client connection.

@@ -252,6 +252,9 @@ impl Server {
             }
         }
         tracing::info!("shutting down");
+        if self.broker.config.controller_quorum.is_some() {
+            controlled_shutdown(&self.broker).await;
+        }
         let _ = stop_tx.send(true);
         drop(self.listener);
         let _ = chores.await;
@@ -268,6 +271,56 @@ impl Server {
         tracing::info!("shutdown complete");
         Ok(())
     }
+}
+
+/// How long a stopping broker waits for the controller to move its leaderships away before it
+/// stops anyway (the quorum may be gone, e.g. when the whole cluster is being stopped).
+const CONTROLLED_SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
+
+/// Kafka's controlled shutdown (KRaft `BrokerLifecycleManager`): heartbeats with
+/// `wantShutDown` until the controller answers `shouldShutDown`, then waits until this
+/// broker's own metadata shows it leads nothing, so that producers and consumers are told
+/// NOT_LEADER_OR_FOLLOWER and move to the new leaders while this broker still answers — instead
+/// of finding out by timeouts after it is gone and the session expires. Existing connections
+/// are served meanwhile; new ones are no longer accepted.
+async fn controlled_shutdown(broker: &Arc<Broker>) {
+    let deadline = tokio::time::Instant::now() + CONTROLLED_SHUTDOWN_LIMIT;
+    let unclean = broker.config.unclean_leader_election_enable;
+    let pause = Duration::from_millis(broker.config.broker_heartbeat_interval_ms.clamp(10, 500));
+    loop {
+        let call = broker
+            .channel
+            .controlled_shutdown(crate::monotonic_ms(), unclean);
+        match tokio::time::timeout_at(deadline, call).await {
+            Ok(Ok(true)) => break,
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => tracing::debug!(error = %e, "controlled shutdown request failed"),
+            Err(_) => {
+                tracing::warn!("controlled shutdown not acknowledged in time; stopping anyway");
+                return;
+            }
+        }
+        if tokio::time::Instant::now() + pause > deadline {
+            tracing::warn!("controlled shutdown not acknowledged in time; stopping anyway");
+            return;
+        }
+        tokio::time::sleep(pause).await;
+    }
+    let node = broker.config.node_id;
+    while broker
+        .metadata
+        .read()
+        .topics
+        .values()
+        .any(|t| t.partitions.values().any(|p| p.leader == node))
+    {
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!("metadata still shows leaderships of this broker; stopping anyway");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tracing::info!("controlled shutdown complete: no leaderships left");
 }
 
 /// In a quorum the broker registers once a controller is elected, through it, retrying until

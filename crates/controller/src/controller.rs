@@ -345,6 +345,39 @@ impl QuorumController {
         }
     }
 
+    /// A heartbeat asking to shut down (Kafka's `wantShutDown`): the broker leaves every ISR
+    /// and its leaderships move to other ISR members (`begin_controlled_shutdown`), so clients
+    /// and followers move on before it stops rather than after its session expires. Returns
+    /// Kafka's `shouldShutDown`: whether no partition is led by the broker any more.
+    pub async fn controlled_shutdown(
+        &self,
+        broker_id: i32,
+        now_ms: u64,
+        unclean_default: bool,
+    ) -> Result<bool, ControllerError> {
+        self.check_active()?;
+        self.touch_heartbeat(broker_id, now_ms);
+        let _op = self.op_lock.lock().await;
+        let image = self.image();
+        if !image.brokers.contains_key(&broker_id) {
+            return Err(ControllerError::Code {
+                code: 77,
+                message: format!("No broker registration found for broker id {broker_id}"),
+            });
+        }
+        let unclean =
+            |t: &str| crate::cluster_control::unclean_election_enabled(&image, t, unclean_default);
+        let records = crate::cluster_control::begin_controlled_shutdown(&image, broker_id, unclean);
+        if !records.is_empty() {
+            self.commit(records).await?;
+            tracing::info!(
+                broker_id,
+                "broker in controlled shutdown: leaderships moved"
+            );
+        }
+        Ok(!leads_any(&self.image(), broker_id))
+    }
+
     fn touch_heartbeat(&self, broker_id: i32, now_ms: u64) {
         let mut hb = self.heartbeats.lock();
         if !hb.0 {
@@ -586,8 +619,26 @@ impl QuorumController {
         };
         let unchanged = matches!(image.brokers.get(&node_id), Some(b)
             if MetadataRecord::RegisterBroker { node_id, host: b.host.clone(), port: b.port, rack: b.rack.clone() } == record);
+        let mut records = Vec::new();
         if !unchanged {
-            self.commit(vec![record]).await?;
+            records.push(record);
+        }
+        // A broker back from a controlled shutdown before its session expired is a new
+        // incarnation: fenced until its first heartbeat, which unfences it and gives its
+        // leaderless partitions leaders again (Kafka registers new incarnations fenced).
+        if image
+            .brokers
+            .get(&node_id)
+            .is_some_and(|b| b.in_controlled_shutdown && !b.fenced)
+        {
+            records.push(MetadataRecord::BrokerRegistrationChange {
+                broker_id: node_id,
+                fenced: Some(true),
+                in_controlled_shutdown: Some(false),
+            });
+        }
+        if !records.is_empty() {
+            self.commit(records).await?;
         }
         self.touch_heartbeat(node_id, now_ms);
         Ok(())
@@ -985,3 +1036,11 @@ fn partition_record(topic_id: Uuid, partition: i32, replicas: Vec<i32>) -> Metad
 #[cfg(test)]
 #[path = "controller_tests.rs"]
 mod tests;
+
+/// Whether `broker` leads any partition in `image`.
+fn leads_any(image: &MetadataImage, broker: i32) -> bool {
+    image
+        .topics
+        .values()
+        .any(|t| t.partitions.values().any(|p| p.leader == broker))
+}

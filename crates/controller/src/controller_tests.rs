@@ -277,3 +277,50 @@ fn registration_starts_the_session() {
     block(c.heartbeat(2, 20_001, false)).unwrap();
     assert!(!c.image().brokers[&2].fenced);
 }
+
+/// Kafka's controlled shutdown: a heartbeat with wantShutDown moves the broker's leaderships
+/// to other ISR members and takes it out of every ISR, and `shouldShutDown` is true once it
+/// leads nothing. Back before its session expired, it registers as a new incarnation (fenced,
+/// the shutdown flag cleared) and its first heartbeat unfences it.
+#[test]
+fn controlled_shutdown_moves_leaderships_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = controller(dir.path());
+    for b in [2, 3] {
+        block(c.register_broker(b, "127.0.0.1", 9090 + b, None, 1)).unwrap();
+    }
+    let mut s = spec("t", 3);
+    s.replication_factor = 3;
+    assert!(block(c.create_topics(&[s], false))[0].is_ok());
+    let parts = |c: &QuorumController| c.image().topic("t").unwrap().partitions.clone();
+    let leaders_of =
+        |c: &QuorumController, b: i32| parts(c).values().filter(|p| p.leader == b).count();
+    let b = 1;
+    assert!(
+        leaders_of(&c, b) > 0,
+        "placement gives every broker a leadership"
+    );
+    let epochs_before: Vec<i32> = parts(&c).values().map(|p| p.leader_epoch).collect();
+
+    assert!(block(c.controlled_shutdown(b, 10, false)).unwrap());
+    assert_eq!(leaders_of(&c, b), 0);
+    for (p, before) in parts(&c).values().zip(epochs_before) {
+        assert!(!p.isr.contains(&b), "{p:?}");
+        assert!(p.leader >= 0 && p.leader != b, "{p:?}");
+        assert!(p.leader_epoch >= before);
+    }
+    let info = c.image().brokers[&b].clone();
+    assert!(info.in_controlled_shutdown && !info.fenced, "{info:?}");
+    // Asking again changes nothing and still says yes.
+    let offset = c.image().offset;
+    assert!(block(c.controlled_shutdown(b, 20, false)).unwrap());
+    assert_eq!(c.image().offset, offset);
+
+    // The restarted broker registers again: fenced, no longer shutting down; its heartbeat
+    // unfences it.
+    block(c.register_broker(b, "127.0.0.1", 9091, None, 30)).unwrap();
+    let info = c.image().brokers[&b].clone();
+    assert!(info.fenced && !info.in_controlled_shutdown, "{info:?}");
+    block(c.heartbeat(b, 40, false)).unwrap();
+    assert!(!c.image().brokers[&b].fenced);
+}

@@ -353,3 +353,62 @@ fn delete_records_answers_with_the_low_watermark_of_all_replicas() {
         "every replica moved its log start"
     );
 }
+
+/// SIGTERM of a partition leader is a controlled shutdown (Kafka's wantShutDown heartbeat):
+/// its leadership moves to another ISR member before the process exits, not when its session
+/// expires — the session here (60 s) is longer than every wait below (30 s). Restarted, it is a
+/// new incarnation that rejoins the ISR.
+#[test]
+fn sigterm_moves_leadership_before_the_leader_exits() {
+    let mut c = Cluster::start_with(
+        3,
+        &[
+            "broker.session.timeout.ms=60000",
+            "broker.heartbeat.interval.ms=500",
+            "replica.fetch.wait.max.ms=100",
+        ],
+    );
+    wait_all_registered(&c, 3);
+    create_topic(&c, &[1, 2, 3], "cs", 1, 3).unwrap();
+    let leader = eventually("a full ISR", || {
+        let l = metadata(&c, 1, "cs").2.get(&0).copied().unwrap_or(-1);
+        (l > 0 && isr(&c, l, "cs") == vec![1, 2, 3]).then_some(l)
+    });
+    produce(&c, "cs", 200);
+    let others: Vec<i32> = (1..=3).filter(|&n| n != leader).collect();
+
+    let mut child = c
+        .nodes
+        .iter_mut()
+        .find(|n| n.id == leader)
+        .unwrap()
+        .child
+        .take()
+        .unwrap();
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let status = eventually("the leader to exit after SIGTERM", || {
+        child.try_wait().unwrap()
+    });
+    assert!(status.success(), "{status}");
+    let new_leader = eventually("another leader, well before the session expires", || {
+        let l = metadata(&c, others[0], "cs")
+            .2
+            .get(&0)
+            .copied()
+            .unwrap_or(-1);
+        others.contains(&l).then_some(l)
+    });
+    let mut expected = others.clone();
+    expected.sort_unstable();
+    assert_eq!(isr(&c, new_leader, "cs"), expected);
+    assert_eq!(consume_count(&c, &others, "cs", 1, 200), 200);
+
+    c.restart(leader);
+    eventually("the restarted broker back in the ISR", || {
+        (isr(&c, new_leader, "cs") == vec![1, 2, 3]).then_some(())
+    });
+}

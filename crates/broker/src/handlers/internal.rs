@@ -124,13 +124,22 @@ pub async fn broker_heartbeat(
     req: BrokerHeartbeatRequest,
 ) -> BrokerHeartbeatResponse {
     let now = crate::monotonic_ms();
+    let unclean = broker.config.unclean_leader_election_enable;
+    if req.want_shut_down {
+        return match broker
+            .controller
+            .controlled_shutdown(req.broker_id.0, now, unclean)
+            .await
+        {
+            Ok(done) => BrokerHeartbeatResponse::default()
+                .with_is_caught_up(true)
+                .with_should_shut_down(done),
+            Err(e) => BrokerHeartbeatResponse::default().with_error_code(e.code()),
+        };
+    }
     match broker
         .controller
-        .heartbeat(
-            req.broker_id.0,
-            now,
-            broker.config.unclean_leader_election_enable,
-        )
+        .heartbeat(req.broker_id.0, now, unclean)
         .await
     {
         Ok(fenced) => BrokerHeartbeatResponse::default()

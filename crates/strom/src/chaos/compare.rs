@@ -277,7 +277,8 @@ async fn leader_term(cluster: &mut Nodes, leader: i32) -> anyhow::Result<String>
     let t0 = Instant::now();
     cluster.signal(leader, "TERM")?;
     let moved = until(&observe, limit, |l, _| l >= 0 && l != leader).await;
-    let exited = cluster.wait_exit(leader, Duration::from_secs(60))?;
+    cluster.wait_exit(leader, Duration::from_secs(60))?;
+    let exited = t0.elapsed();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let stall = probe.max_gap(t0, Instant::now());
     let acked = probe.acked();
