@@ -121,7 +121,10 @@ impl Partition {
             );
             self.maybe_increment_high_watermark(now_ms)
         };
-        let _ = hw_moved;
+        if hw_moved {
+            tracing::debug!(topic = %self.topic, partition = self.index, isr = ?reg.isr,
+                hw = self.high_watermark(), "high watermark moved on a registration change");
+        }
         // Delayed produces re-check their ISR / leadership; fetches re-read.
         self.wake_waiters();
     }
@@ -156,6 +159,11 @@ impl Partition {
     }
     pub fn min_insync_replicas(&self) -> i32 {
         self.replication.lock().min_insync_replicas
+    }
+    /// The brokers fenced or in controlled shutdown (the replica manager sets them from each
+    /// image before applying the registration): the HW does not wait for them to join the ISR.
+    pub fn set_ineligible_replicas(&self, ids: impl IntoIterator<Item = i32>) {
+        self.replication.lock().ineligible_replicas = ids.into_iter().collect();
     }
     pub fn set_replica_lag_time_max_ms(&self, ms: i64) {
         self.replication.lock().replica_lag_time_max_ms = ms;

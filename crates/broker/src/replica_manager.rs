@@ -136,6 +136,13 @@ impl ReplicaManager {
                 tracing::warn!(dir = %dir.display(), error = %e, "failed to delete partition dir");
             }
         }
+        // Kafka's `isReplicaIsrEligible`: a fenced or shutting-down broker cannot join an ISR.
+        let ineligible: Vec<i32> = image
+            .brokers
+            .iter()
+            .filter(|(_, b)| b.fenced || b.in_controlled_shutdown)
+            .map(|(&id, _)| id)
+            .collect();
         for ((topic, p), (id, configs)) in wanted {
             let t = &image.topics[&topic];
             let reg = &t.partitions[&p];
@@ -158,6 +165,7 @@ impl ReplicaManager {
                 self.config.min_insync_replicas,
             ));
             part.set_replica_lag_time_max_ms(self.config.replica_lag_time_max_ms);
+            part.set_ineligible_replicas(ineligible.iter().copied());
             if let Some(r) = self.replication.get() {
                 part.set_alter_partition_sender(r.alter_partition.clone());
             }

@@ -5,7 +5,7 @@
 //! Pure bookkeeping: no locks, no I/O, time passed in. [`crate::partition::Partition`] keeps one
 //! behind a mutex and turns its answers into HW moves and AlterPartition proposals.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Kafka's default `replica.lag.time.max.ms`.
 pub const DEFAULT_REPLICA_LAG_TIME_MAX_MS: i64 = 30_000;
@@ -106,6 +106,10 @@ pub struct LeaderState {
     pending: Option<PendingIsr>,
     pub replica_lag_time_max_ms: i64,
     pub min_insync_replicas: i32,
+    /// Brokers that may not join the ISR: fenced or in controlled shutdown in the last applied
+    /// metadata image (the negation of Kafka's `isReplicaIsrEligible`). The HW does not wait
+    /// for them to join, however recently they were caught up.
+    pub ineligible_replicas: BTreeSet<i32>,
 }
 
 impl LeaderState {
@@ -122,6 +126,7 @@ impl LeaderState {
             pending: None,
             replica_lag_time_max_ms: DEFAULT_REPLICA_LAG_TIME_MAX_MS,
             min_insync_replicas: 1,
+            ineligible_replicas: BTreeSet::new(),
         }
     }
 
@@ -242,9 +247,10 @@ impl LeaderState {
     }
 
     /// The HW the leader may move to (Kafka's `maybeIncrementLeaderHW`): the leader's LEO
-    /// lowered to the LEO of every follower in the maximal ISR and of every follower caught up
-    /// enough to join it (so a follower trying to join is not outrun). `None` while the ISR is
-    /// below the effective `min.insync.replicas`. The caller only ever moves the HW up.
+    /// lowered to the LEO of every follower in the maximal ISR and of every ISR-eligible follower
+    /// caught up enough to join it (so a follower trying to join is not outrun; a fenced one
+    /// cannot join, so it is not waited for). `None` while the ISR is below the effective
+    /// `min.insync.replicas`. The caller only ever moves the HW up.
     pub fn high_watermark_candidate(&self, leader_log_end_offset: i64, now_ms: i64) -> Option<i64> {
         if self.is_under_min_isr() {
             return None;
@@ -253,7 +259,8 @@ impl LeaderState {
         let mut hw = leader_log_end_offset;
         for (id, f) in &self.followers {
             let counts = maximal.contains(id)
-                || f.is_caught_up(leader_log_end_offset, now_ms, self.replica_lag_time_max_ms);
+                || (!self.ineligible_replicas.contains(id)
+                    && f.is_caught_up(leader_log_end_offset, now_ms, self.replica_lag_time_max_ms));
             if counts && f.log_end_offset < hw {
                 hw = f.log_end_offset;
             }
@@ -512,5 +519,26 @@ mod tests {
         s.apply_registration(false, 7, 13, &[1, 2], &[1, 2], 130, 60_001);
         assert!(s.follower(3).is_none());
         assert_eq!(s.update_follower_fetch_state(3, 1, 0, 1, 1), None);
+    }
+
+    #[test]
+    fn fenced_follower_out_of_the_isr_does_not_hold_the_hw() {
+        // Follower 3 dies right after catching up; the controller fences it and drops it from
+        // the ISR (session timeout) sooner than replica.lag.time.max.ms after that catch-up.
+        let mut s = three(0);
+        s.min_insync_replicas = 2;
+        s.update_follower_fetch_state(2, 100, 0, 1_000, 100);
+        s.update_follower_fetch_state(3, 100, 0, 1_000, 100);
+        s.update_follower_fetch_state(2, 110, 0, 1_500, 110);
+        // The ISR change alone: 3 is still eligible and recently caught up, so it may be about
+        // to rejoin and the HW waits for it (Kafka's shouldWaitForReplicaToJoinIsr).
+        assert!(s.apply_registration(false, 5, 11, &[1, 2, 3], &[1, 2], 110, 2_000));
+        assert_eq!(s.high_watermark_candidate(110, 2_000), Some(100));
+        // Fenced: it cannot join the ISR, so the HW is min LEO over the ISR {1, 2}.
+        s.ineligible_replicas = [3].into();
+        assert_eq!(s.high_watermark_candidate(110, 2_000), Some(110));
+        // An ineligible member of the (maximal) ISR still counts.
+        assert!(s.apply_registration(false, 5, 12, &[1, 2, 3], &[1, 2, 3], 110, 2_001));
+        assert_eq!(s.high_watermark_candidate(110, 2_001), Some(100));
     }
 }
