@@ -335,7 +335,13 @@ pub fn isr(c: &Cluster, node: i32, topic: &str) -> Vec<i32> {
     let md = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(10))
         .expect("metadata");
-    let mut isr: Vec<i32> = md.topics()[0].partitions()[0].isr().to_vec();
+    // Empty while `node` does not know the topic yet (callers poll until it does).
+    let mut isr: Vec<i32> = md
+        .topics()
+        .first()
+        .and_then(|t| t.partitions().first())
+        .map(|p| p.isr().to_vec())
+        .unwrap_or_default();
     isr.sort_unstable();
     isr
 }
