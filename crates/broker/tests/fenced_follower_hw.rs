@@ -10,14 +10,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
 use strom_broker::config::BrokerConfig;
 use strom_broker::replica_manager::ReplicaManager;
 use strom_broker::replication::{wait_for_acks, AckResult};
 use strom_controller::{BrokerInfo, MetadataImage, PartitionRegistration, TopicImage};
-use strom_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use strom_storage::AppendOrigin;
 use uuid::Uuid;
 
@@ -25,34 +21,7 @@ const TOPIC: &str = "fenced-follower";
 const LEADER: i32 = 1;
 
 fn batch(n: usize) -> Vec<u8> {
-    let records: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32,
-            timestamp: 1_700_000_000_000 + i as i64,
-            key: None,
-            value: Some(Bytes::from(format!("v{i}"))),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
-    buf.to_vec()
+    strom_protocol::testing::value_batch(n, 1_700_000_000_000)
 }
 
 /// Brokers 1-3 (`fenced` fenced); the topic's one partition led by 1 on [1, 2, 3] with `isr`,

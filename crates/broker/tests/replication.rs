@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use parking_lot::Mutex;
 use strom_broker::config::BrokerConfig;
 use strom_broker::partition::Partition;
@@ -21,9 +21,6 @@ use strom_broker::replication::{
 };
 use strom_broker::Server;
 use strom_controller::CreateTopicSpec;
-use strom_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use strom_protocol::ErrorCode;
 use strom_storage::{AppendOrigin, LogConfig, UnifiedLog};
 use tokio::sync::oneshot;
@@ -40,34 +37,13 @@ fn now_ms() -> i64 {
 
 /// One batch of `n` records whose values start with `tag`.
 fn batch(tag: &str, n: usize) -> Vec<u8> {
-    let records: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32,
-            timestamp: 1_700_000_000_000 + i as i64,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::from(format!("{tag}-{i}-{}", "v".repeat(i % 50)))),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
-    buf.to_vec()
+    let records = (0..n).map(|i| {
+        (
+            Some(Bytes::from(format!("k{i}"))),
+            Some(Bytes::from(format!("{tag}-{i}-{}", "v".repeat(i % 50)))),
+        )
+    });
+    strom_protocol::testing::plain_batch(records, 1_700_000_000_000)
 }
 
 struct Leader {

@@ -14,6 +14,7 @@
 pub mod apis;
 pub mod batch;
 pub mod frame;
+pub mod testing;
 
 pub use kafka_protocol as kafka;
 pub use kafka_protocol::error::ResponseError as ErrorCode;

@@ -6,11 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
-use strom_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use strom_protocol::ErrorCode;
 use strom_storage::{AppendOrigin, LogConfig, UnifiedLog};
 use tokio::time::Instant;
@@ -27,30 +23,7 @@ const T0: i64 = 1_700_000_000_000;
 type Proposals = Arc<Mutex<Vec<AlterPartitionProposal>>>;
 
 fn batch(n: usize) -> Vec<u8> {
-    let records: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32,
-            timestamp: T0,
-            key: None,
-            value: Some(Bytes::from(format!("v{i}"))),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    let opts = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, &records, &opts).unwrap();
-    buf.to_vec()
+    strom_protocol::testing::value_batch(n, 1_700_000_000_000)
 }
 
 fn registration(partition_epoch: i32, replicas: &[i32], isr: &[i32]) -> LeaderAndIsr {
