@@ -3,11 +3,17 @@
 //! `strom chaos leader-kill` is seed 003's experiment: async sends of "seq-N" to a 1-partition,
 //! 3-replica topic, the partition leader's process killed with SIGKILL part-way, then the topic
 //! read back and checked for duplicates, reorderings and lost acknowledged records.
+//!
+//! `strom chaos nemesis` is the Jepsen-style run: producers and consumers while a seeded
+//! nemesis kills, pauses and (with `--net`) partitions nodes, then a check of every
+//! acknowledged record, of what consumers saw, and of replica agreement.
 
 mod cluster;
 mod leader_kill;
+mod nemesis;
 
 pub use leader_kill::LeaderKillArgs;
+pub use nemesis::NemesisArgs;
 
 #[derive(clap::Args)]
 pub struct ChaosArgs {
@@ -20,10 +26,14 @@ pub enum ChaosCommand {
     /// Kill the partition leader with SIGKILL while producing; count duplicates, reorderings
     /// and lost acknowledged records, with idempotence on and off.
     LeaderKill(LeaderKillArgs),
+    /// Jepsen-style: producers and consumers while a seeded nemesis kills, pauses and (with
+    /// --net) partitions nodes; then check every acknowledged record and replica agreement.
+    Nemesis(NemesisArgs),
 }
 
 pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     match args.command {
         ChaosCommand::LeaderKill(a) => leader_kill::run(a).await,
+        ChaosCommand::Nemesis(a) => nemesis::run(a).await,
     }
 }
