@@ -195,10 +195,12 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
     nem.heal_all(&mut cluster, lab.as_mut())?;
     r?;
     let nemesis_minutes = nemesis_start.elapsed().as_secs_f64() / 60.0;
-    let healed = Instant::now();
+    let healed = nem.last_heal.unwrap_or_else(Instant::now);
     println!(
-        "[{:7.2}s] nemesis stopped, everything healed; stopping the producers",
-        start.elapsed().as_secs_f64()
+        "[{:7.2}s] nemesis stopped, everything healed; stopping the producers; recovery counts \
+         from the last healing {:.1} s ago",
+        start.elapsed().as_secs_f64(),
+        healed.elapsed().as_secs_f64()
     );
     shared.stop_producing.store(true, Ordering::Relaxed);
 

@@ -118,6 +118,8 @@ pub struct Nemesis {
     pub done: BTreeMap<&'static str, u64>,
     /// Faults whose target could not be found (no leader known, ...) and were skipped.
     pub skipped: u64,
+    /// When the last fault was healed: the recovery deadline counts from here.
+    pub last_heal: Option<Instant>,
 }
 
 impl Nemesis {
@@ -128,6 +130,7 @@ impl Nemesis {
             start,
             done: BTreeMap::new(),
             skipped: 0,
+            last_heal: None,
         }
     }
 
@@ -154,6 +157,7 @@ impl Nemesis {
     ) -> anyhow::Result<()> {
         let nodes = cluster.nodes();
         loop {
+            // Decided before anything else so that the schedule depends on the seed only.
             let gap = self.rng.millis(1000, 3000);
             let kinds = Kind::choices(self.net);
             let kind = kinds[self.rng.range(0, kinds.len() as u64 - 1) as usize];
@@ -189,7 +193,11 @@ impl Nemesis {
             *self.done.entry(kind.name()).or_insert(0) += 1;
             tokio::time::sleep(hold).await;
             self.heal(cluster, lab.as_deref_mut(), fault)?;
+            self.last_heal = Some(Instant::now());
             cluster.check_alive()?;
+            if Instant::now() + Duration::from_secs(1) >= until {
+                return Ok(());
+            }
             // Bounded: a cluster that does not recover in time still gets the next fault; the
             // final check reports it if it never recovers.
             let t = Instant::now();
@@ -340,14 +348,20 @@ impl Nemesis {
             if cluster.is_paused(n) {
                 self.log(&format!("SIGCONT node {n}"));
                 cluster.resume(n)?;
+                self.last_heal = Some(Instant::now());
             }
             if !cluster.is_running(n) {
                 self.log(&format!("restart node {n}"));
                 cluster.spawn(n)?;
+                self.last_heal = Some(Instant::now());
             }
         }
         if let Some(lab) = lab {
-            lab.heal()?;
+            if lab.has_cuts() {
+                self.log("heal the network");
+                lab.heal()?;
+                self.last_heal = Some(Instant::now());
+            }
         }
         Ok(())
     }

@@ -173,6 +173,10 @@ impl NetLab {
         first_err.map_or(Ok(()), Err)
     }
 
+    pub fn has_cuts(&self) -> bool {
+        !self.cuts.is_empty()
+    }
+
     pub fn namespaces(&self) -> &[String] {
         &self.namespaces
     }
