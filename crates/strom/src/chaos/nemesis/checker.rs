@@ -41,8 +41,8 @@ pub struct Observed {
 pub struct History {
     pub sent: u64,
     pub acked: Vec<Acked>,
-    /// Sends that failed: indeterminate, they may or may not be in the log.
-    pub failed: u64,
+    /// Sends that failed, as (producer, seq): indeterminate, they may or may not be in the log.
+    pub failed: Vec<(usize, u64)>,
     /// Sends with no outcome when the producers were stopped (also indeterminate).
     pub pending: u64,
     pub first_error: Option<String>,
@@ -159,6 +159,8 @@ pub struct Report {
     /// violation of the acked-records property, but counted.
     pub unacked_duplicates: u64,
     pub unparsable: u64,
+    /// Failed sends that are in the log anyway (allowed: a failure is indeterminate).
+    pub failed_present: u64,
     pub violations: Vec<Violation>,
 }
 
@@ -220,6 +222,11 @@ pub fn check(h: &History, log: &FinalLog) -> Report {
             }
         }
     }
+    r.failed_present = h
+        .failed
+        .iter()
+        .filter(|(k, seq)| places.contains_key(value_of(*k, *seq).as_str()))
+        .count() as u64;
     r.unacked_duplicates = places
         .iter()
         .filter(|(v, ps)| ps.len() > 1 && !acked_values.contains(**v))
@@ -373,11 +380,12 @@ mod tests {
     #[test]
     fn unacknowledged_records_may_be_missing_or_present() {
         let (mut h, mut log) = clean();
-        h.failed = 2;
+        h.failed = vec![(1, 5), (1, 6)];
         // A failed send that made it anyway, once.
         log.get_mut(&1).unwrap().push((2, value_of(1, 5)));
         let r = check(&h, &log);
         assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.failed_present, 1);
     }
 
     #[test]

@@ -51,6 +51,9 @@ pub struct NemesisArgs {
     /// Parent of the run's data dir (a fresh DIR/nemesis-<seed>).
     #[arg(long, default_value = "./strom-chaos")]
     pub data_dir: PathBuf,
+    /// Keep the data dir (logs, server.log of each node) after a clean run too.
+    #[arg(long)]
+    pub keep_data: bool,
 }
 
 /// "120s", "2m", "500ms" or plain seconds.
@@ -326,10 +329,11 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         nem.skipped
     );
     println!(
-        "  records: sent {}, acked {}, failed {}, no outcome {}",
+        "  records: sent {}, acked {}, failed {} ({} of them in the log anyway), no outcome {}",
         history.sent,
         history.acked.len(),
-        history.failed,
+        history.failed.len(),
+        report.failed_present,
         history.pending
     );
     if let Some(e) = &history.first_error {
@@ -391,8 +395,12 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
     if total > 0 {
         bail!("{total} violation(s); data dir {}", dir.display());
     }
-    // A clean run's data is of no further use.
-    let _ = std::fs::remove_dir_all(&dir);
+    // A clean run's data is of no further use unless asked for.
+    if args.keep_data {
+        println!("data dir kept: {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     Ok(())
 }
 

@@ -153,7 +153,7 @@ pub struct Shared {
     pub stop_consuming: AtomicBool,
     pub sent: AtomicU64,
     pub acked: Mutex<Vec<Acked>>,
-    pub failed: AtomicU64,
+    pub failed: Mutex<Vec<(usize, u64)>>,
     pub pending: AtomicU64,
     pub first_error: Mutex<Option<String>>,
     pub observed: Mutex<Vec<Observed>>,
@@ -164,7 +164,7 @@ impl Shared {
         History {
             sent: self.sent.load(Ordering::Relaxed),
             acked: self.acked.lock().unwrap().clone(),
-            failed: self.failed.load(Ordering::Relaxed),
+            failed: self.failed.lock().unwrap().clone(),
             pending: self.pending.load(Ordering::Relaxed),
             first_error: self.first_error.lock().unwrap().clone(),
             observed: self.observed.lock().unwrap().clone(),
@@ -223,7 +223,7 @@ pub async fn produce(k: usize, bootstrap: String, partitions: i32, shared: Arc<S
             offset,
         }),
         Err(e) => {
-            shared.failed.fetch_add(1, Ordering::Relaxed);
+            shared.failed.lock().unwrap().push((k, seq));
             note(format!("producer {k} record {seq}: {e}"));
         }
     };
