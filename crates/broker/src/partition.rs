@@ -147,6 +147,12 @@ impl Partition {
         self.replication.lock().clone()
     }
 
+    /// The brokers fenced in the current metadata image (the replica manager sets them before
+    /// each registration is applied): they do not hold the HW back nor rejoin the ISR.
+    pub fn set_fenced_brokers(&self, fenced: &[i32]) {
+        self.replication.lock().fenced = fenced.to_vec();
+    }
+
     /// The topic's `min.insync.replicas` (the replica manager sets it from the topic config).
     pub fn set_min_insync_replicas(&self, n: i32) {
         self.replication.lock().min_insync_replicas = n;

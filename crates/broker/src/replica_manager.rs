@@ -135,6 +135,12 @@ impl ReplicaManager {
                 tracing::warn!(dir = %dir.display(), error = %e, "failed to delete partition dir");
             }
         }
+        let fenced: Vec<i32> = image
+            .brokers
+            .values()
+            .filter(|b| b.fenced)
+            .map(|b| b.node_id)
+            .collect();
         for ((topic, p), (id, configs)) in wanted {
             let t = &image.topics[&topic];
             let reg = &t.partitions[&p];
@@ -157,6 +163,8 @@ impl ReplicaManager {
                 self.config.min_insync_replicas,
             ));
             part.set_replica_lag_time_max_ms(self.config.replica_lag_time_max_ms);
+            // Before the registration: applying it recomputes the HW and wakes produces.
+            part.set_fenced_brokers(&fenced);
             if let Some(r) = self.replication.get() {
                 part.set_alter_partition_sender(r.alter_partition.clone());
             }

@@ -94,6 +94,11 @@ pub struct LeaderState {
     pending: Option<PendingIsr>,
     pub replica_lag_time_max_ms: i64,
     pub min_insync_replicas: i32,
+    /// Brokers fenced in the metadata image. Kafka's `isReplicaIsrEligible` (KIP-841): a fenced
+    /// broker neither holds the HW back as a follower about to join the ISR nor rejoins it.
+    /// Without this, the broker the controller just fenced and removed from the ISR would keep
+    /// holding the HW at its stale LEO until its lag window ran out, stalling acks=all produces.
+    pub fenced: Vec<i32>,
 }
 
 impl LeaderState {
@@ -110,6 +115,7 @@ impl LeaderState {
             pending: None,
             replica_lag_time_max_ms: DEFAULT_REPLICA_LAG_TIME_MAX_MS,
             min_insync_replicas: 1,
+            fenced: Vec::new(),
         }
     }
 
@@ -235,7 +241,8 @@ impl LeaderState {
         let mut hw = leader_log_end_offset;
         for (id, f) in &self.followers {
             let counts = maximal.contains(id)
-                || f.is_caught_up(leader_log_end_offset, now_ms, self.replica_lag_time_max_ms);
+                || (f.is_caught_up(leader_log_end_offset, now_ms, self.replica_lag_time_max_ms)
+                    && !self.fenced.contains(id));
             if counts && f.log_end_offset < hw {
                 hw = f.log_end_offset;
             }
@@ -269,7 +276,8 @@ impl LeaderState {
     /// Whether `follower` may rejoin the ISR (Kafka's `needsExpandIsr`): no change pending, an
     /// assigned replica outside the ISR, LEO >= HW and >= the start of this leader epoch.
     pub fn isr_expand_candidate(&self, follower: i32, high_watermark: i64) -> bool {
-        if self.pending.is_some() || self.isr.contains(&follower) {
+        if self.pending.is_some() || self.isr.contains(&follower) || self.fenced.contains(&follower)
+        {
             return false;
         }
         let Some(f) = self.followers.get(&follower) else {
@@ -366,6 +374,26 @@ mod tests {
         assert_eq!(s.high_watermark_candidate(60, 100_001), Some(50));
         // Lagging past replica.lag.time.max.ms: no longer waited for.
         assert_eq!(s.high_watermark_candidate(60, 100_000 + 30_001), Some(60));
+    }
+
+    #[test]
+    fn fenced_follower_outside_isr_does_not_hold_hw() {
+        // Follower 3 was caught up a moment ago, then the controller fenced it (session
+        // expired: SIGSTOP, partition) and removed it from the ISR.
+        let mut s = three(0);
+        s.update_follower_fetch_state(2, 100, 0, 1_000, 100);
+        s.update_follower_fetch_state(3, 100, 0, 1_000, 100);
+        s.apply_registration(false, 5, 11, &[1, 2, 3], &[1, 2], 130, 2_000);
+        s.update_follower_fetch_state(2, 130, 0, 2_000, 130);
+        // Not fenced yet: waited for while within replica.lag.time.max.ms, as it may rejoin.
+        assert_eq!(s.high_watermark_candidate(130, 2_000), Some(100));
+        s.fenced = vec![3];
+        assert_eq!(s.high_watermark_candidate(130, 2_000), Some(130));
+        // Nor does a fenced broker rejoin the ISR.
+        s.update_follower_fetch_state(3, 130, 0, 2_100, 130);
+        assert!(!s.isr_expand_candidate(3, 130));
+        s.fenced.clear();
+        assert!(s.isr_expand_candidate(3, 130));
     }
 
     #[test]
