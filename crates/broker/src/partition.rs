@@ -161,7 +161,8 @@ impl Partition {
         self.replication.lock().min_insync_replicas
     }
     /// The brokers fenced or in controlled shutdown (the replica manager sets them from each
-    /// image before applying the registration): the HW does not wait for them to join the ISR.
+    /// image before applying the registration): the HW does not wait for them to join the ISR,
+    /// and they do not rejoin it.
     pub fn set_ineligible_replicas(&self, ids: impl IntoIterator<Item = i32>) {
         self.replication.lock().ineligible_replicas = ids.into_iter().collect();
     }

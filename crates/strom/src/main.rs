@@ -87,10 +87,14 @@ struct ServerArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Tools print their results; only the server logs its progress by default.
-    let default_level = if matches!(cli.command, Command::Server(_)) {
-        "info"
-    } else {
-        "warn"
+    let default_level = match &cli.command {
+        Command::Server(_) => "info",
+        // The nemesis makes the clients retry all the time by design: their retry warnings
+        // would drown the run's own log of faults.
+        Command::Chaos(chaos::ChaosArgs {
+            command: chaos::ChaosCommand::Nemesis(_),
+        }) => "warn,strom_client=error",
+        _ => "warn",
     };
     tracing_subscriber::fmt()
         .with_env_filter(

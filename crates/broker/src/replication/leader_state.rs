@@ -292,9 +292,13 @@ impl LeaderState {
     }
 
     /// Whether `follower` may rejoin the ISR (Kafka's `needsExpandIsr`): no change pending, an
-    /// assigned replica outside the ISR, LEO >= HW and >= the start of this leader epoch.
+    /// assigned replica outside the ISR and eligible (not fenced, not shutting down), LEO >= HW
+    /// and >= the start of this leader epoch.
     pub fn isr_expand_candidate(&self, follower: i32, high_watermark: i64) -> bool {
-        if self.pending.is_some() || self.isr.contains(&follower) {
+        if self.pending.is_some()
+            || self.isr.contains(&follower)
+            || self.ineligible_replicas.contains(&follower)
+        {
             return false;
         }
         let Some(f) = self.followers.get(&follower) else {
@@ -391,6 +395,26 @@ mod tests {
         assert_eq!(s.high_watermark_candidate(60, 100_001), Some(50));
         // Lagging past replica.lag.time.max.ms: no longer waited for.
         assert_eq!(s.high_watermark_candidate(60, 100_000 + 30_001), Some(60));
+    }
+
+    #[test]
+    fn fenced_follower_outside_isr_does_not_hold_hw() {
+        // Follower 3 was caught up a moment ago, then the controller fenced it (session
+        // expired: SIGSTOP, partition) and removed it from the ISR.
+        let mut s = three(0);
+        s.update_follower_fetch_state(2, 100, 0, 1_000, 100);
+        s.update_follower_fetch_state(3, 100, 0, 1_000, 100);
+        s.apply_registration(false, 5, 11, &[1, 2, 3], &[1, 2], 130, 2_000);
+        s.update_follower_fetch_state(2, 130, 0, 2_000, 130);
+        // Not fenced yet: waited for while within replica.lag.time.max.ms, as it may rejoin.
+        assert_eq!(s.high_watermark_candidate(130, 2_000), Some(100));
+        s.ineligible_replicas.insert(3);
+        assert_eq!(s.high_watermark_candidate(130, 2_000), Some(130));
+        // Nor does a fenced broker rejoin the ISR.
+        s.update_follower_fetch_state(3, 130, 0, 2_100, 130);
+        assert!(!s.isr_expand_candidate(3, 130));
+        s.ineligible_replicas.clear();
+        assert!(s.isr_expand_candidate(3, 130));
     }
 
     #[test]

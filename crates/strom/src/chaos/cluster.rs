@@ -1,5 +1,7 @@
 //! A local cluster of `strom server` child processes (this same binary), as `dev-cluster`
-//! starts, that can kill and restart single nodes. Every child is killed when it is dropped.
+//! starts, that can kill and restart single nodes, pause and resume them (SIGSTOP/SIGCONT), and
+//! optionally run each node in its own network namespace (`strom chaos nemesis --net`). Every
+//! child is killed when it is dropped.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -15,11 +17,31 @@ pub struct LocalCluster {
     controller_ports: Vec<u16>,
     set: Vec<String>,
     children: Vec<Option<Child>>,
+    /// Per node: the address it listens on and the network namespace it runs in (`--net`);
+    /// empty for the default, every node on 127.0.0.1 in this namespace.
+    placement: Vec<(String, String)>,
+    /// Per node: stopped with SIGSTOP and not yet continued.
+    paused: Vec<bool>,
 }
 
 impl LocalCluster {
     /// Starts `nodes` nodes (ids 1..=nodes) with fresh data dirs under `dir`.
     pub fn start(dir: &Path, nodes: u16, set: &[String]) -> anyhow::Result<LocalCluster> {
+        Self::start_placed(dir, nodes, set, Vec::new())
+    }
+
+    /// Like [`LocalCluster::start`], node `i` (1-based) listening on `placement[i-1].0` inside
+    /// network namespace `placement[i-1].1` (started through `ip netns exec`, which execs, so
+    /// the child's pid is the server's). An empty `placement` means 127.0.0.1 here.
+    pub fn start_placed(
+        dir: &Path,
+        nodes: u16,
+        set: &[String],
+        placement: Vec<(String, String)>,
+    ) -> anyhow::Result<LocalCluster> {
+        if !placement.is_empty() && placement.len() != nodes as usize {
+            bail!("a placement per node is needed");
+        }
         if nodes == 0 {
             bail!("--nodes must be at least 1");
         }
@@ -43,6 +65,8 @@ impl LocalCluster {
             controller_ports: ports[nodes as usize..].to_vec(),
             set: set.to_vec(),
             children: (0..nodes).map(|_| None).collect(),
+            placement,
+            paused: vec![false; nodes as usize],
         };
         for id in 1..=nodes as i32 {
             c.spawn(id)?;
@@ -59,7 +83,14 @@ impl LocalCluster {
     }
 
     pub fn broker_addr(&self, id: i32) -> String {
-        format!("127.0.0.1:{}", self.broker_ports[(id - 1) as usize])
+        format!("{}:{}", self.host(id), self.broker_ports[(id - 1) as usize])
+    }
+
+    /// The address node `id` listens on.
+    pub fn host(&self, id: i32) -> &str {
+        self.placement
+            .get((id - 1) as usize)
+            .map_or("127.0.0.1", |(h, _)| h.as_str())
     }
 
     /// `host:port,...` of every node except `exclude`.
@@ -75,7 +106,10 @@ impl LocalCluster {
     pub fn spawn(&mut self, id: i32) -> anyhow::Result<()> {
         let i = (id - 1) as usize;
         let quorum = (0..self.children.len())
-            .map(|j| format!("{}@127.0.0.1:{}", j + 1, self.controller_ports[j]))
+            .map(|j| {
+                let h = self.host(j as i32 + 1);
+                format!("{}@{h}:{}", j + 1, self.controller_ports[j])
+            })
             .collect::<Vec<_>>()
             .join(",");
         let dir = self.node_dir(id);
@@ -84,14 +118,21 @@ impl LocalCluster {
             .create(true)
             .append(true)
             .open(dir.join("server.log"))?;
-        let mut cmd = Command::new(&self.exe);
+        let mut cmd = match self.placement.get(i) {
+            Some((_, ns)) => {
+                let mut c = Command::new("ip");
+                c.arg("netns").arg("exec").arg(ns).arg(&self.exe);
+                c
+            }
+            None => Command::new(&self.exe),
+        };
         cmd.arg("server")
             .arg("--node-id")
             .arg(id.to_string())
             .arg("--listen")
             .arg(self.broker_addr(id))
             .arg("--controller-listen")
-            .arg(format!("127.0.0.1:{}", self.controller_ports[i]))
+            .arg(format!("{}:{}", self.host(id), self.controller_ports[i]))
             .arg("--controller-quorum")
             .arg(&quorum)
             .arg("--data-dir")
@@ -106,6 +147,48 @@ impl LocalCluster {
             .spawn()
             .with_context(|| format!("starting node {id}"))?;
         self.children[i] = Some(child);
+        self.paused[i] = false;
+        Ok(())
+    }
+
+    /// Whether node `id` has a running (possibly paused) process.
+    pub fn is_running(&self, id: i32) -> bool {
+        self.children[(id - 1) as usize].is_some()
+    }
+
+    pub fn is_paused(&self, id: i32) -> bool {
+        self.paused[(id - 1) as usize]
+    }
+
+    /// SIGSTOPs node `id`: the process keeps its sockets but answers nothing, like a long GC
+    /// pause or a frozen VM.
+    pub fn pause(&mut self, id: i32) -> anyhow::Result<()> {
+        self.signal(id, "STOP")?;
+        self.paused[(id - 1) as usize] = true;
+        Ok(())
+    }
+
+    /// SIGCONTs node `id` after [`LocalCluster::pause`].
+    pub fn resume(&mut self, id: i32) -> anyhow::Result<()> {
+        self.signal(id, "CONT")?;
+        self.paused[(id - 1) as usize] = false;
+        Ok(())
+    }
+
+    /// Sends a signal through kill(1): the workspace forbids `unsafe` and has no `nix`.
+    fn signal(&self, id: i32, sig: &str) -> anyhow::Result<()> {
+        let Some(c) = &self.children[(id - 1) as usize] else {
+            bail!("node {id} is not running");
+        };
+        let st = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(c.id().to_string())
+            .stdin(Stdio::null())
+            .status()
+            .with_context(|| format!("running kill -{sig}"))?;
+        if !st.success() {
+            bail!("kill -{sig} {} (node {id}) failed: {st}", c.id());
+        }
         Ok(())
     }
 

@@ -4,16 +4,23 @@
 //! 3-replica topic, the partition leader's process killed with SIGKILL part-way, then the topic
 //! read back and checked for duplicates, reorderings and lost acknowledged records. It runs
 //! with Strom's Rust producer, librdkafka or the Java producer, against Strom or (for the side
-//! by side comparison) a local Apache Kafka 4.4 cluster.
+//! by side comparison) a local Apache Kafka 4.4 cluster. `strom chaos compare` runs the
+//! replication scenarios on both systems.
+//!
+//! `strom chaos nemesis` is the Jepsen-style run: producers and consumers while a seeded
+//! nemesis kills, pauses and (with `--net`) partitions nodes, then a check of every
+//! acknowledged record, of what consumers saw, and of replica agreement.
 
 mod cluster;
 mod compare;
 mod kafka_cluster;
 mod leader_kill;
+mod nemesis;
 mod nodes;
 mod producers;
 
 pub use leader_kill::LeaderKillArgs;
+pub use nemesis::NemesisArgs;
 
 #[derive(clap::Args)]
 pub struct ChaosArgs {
@@ -29,11 +36,15 @@ pub enum ChaosCommand {
     /// The replication scenarios (follower pause, leader SIGTERM, ISR loss with clean and
     /// unclean election) on Strom and on Apache Kafka 4.4, measured side by side.
     Compare(compare::CompareArgs),
+    /// Jepsen-style: producers and consumers while a seeded nemesis kills, pauses and (with
+    /// --net) partitions nodes; then check every acknowledged record and replica agreement.
+    Nemesis(NemesisArgs),
 }
 
 pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     match args.command {
         ChaosCommand::LeaderKill(a) => leader_kill::run(a).await,
         ChaosCommand::Compare(a) => compare::run(a).await,
+        ChaosCommand::Nemesis(a) => nemesis::run(a).await,
     }
 }
