@@ -3,10 +3,11 @@
 //! order, and nothing acknowledged may be lost — with Strom's Rust producer, librdkafka and the
 //! Java producer. `--broker kafka` runs the same experiment on Apache Kafka 4.4.
 
-use std::io::Read;
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(300);
 
@@ -41,46 +42,8 @@ fn chaos(args: &[&str]) -> String {
     if libs.join(".complete").exists() {
         cmd.arg("--kafka-libs").arg(&libs);
     }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting strom chaos");
-    let mut stdout = child.stdout.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stdout.read_to_string(&mut s);
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("waiting for strom chaos") {
-            break Some(s);
-        }
-        if start.elapsed() > LIMIT {
-            // SIGTERM: the command kills its cluster before exiting; SIGKILL if it does not.
-            let _ = Command::new("kill").arg(child.id().to_string()).status();
-            let grace = Instant::now();
-            while grace.elapsed() < Duration::from_secs(5) {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let out = out_reader.join().unwrap();
-    let err = err_reader.join().unwrap();
+    let done = common::bounded::run_bounded(&mut cmd, LIMIT);
+    let (status, out, err) = (done.status, done.stdout, done.stderr);
     let Some(status) = status else {
         panic!("strom chaos took over {LIMIT:?}\nstdout:\n{out}\nstderr:\n{err}");
     };

@@ -2,9 +2,10 @@
 //! run must find no violation, must have done faults and had records acknowledged, and must
 //! leave no server and (with `--net`) no network namespace behind.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
 
 /// Setup, 30 s of faults, recovery and checks take about a minute; the producers' delivery
 /// timeout can add one more.
@@ -45,40 +46,8 @@ fn nemesis_30s() {
     if net {
         cmd.arg("--net");
     }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting strom chaos nemesis");
-    let mut stdout = child.stdout.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stdout.read_to_string(&mut s);
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("waiting for strom chaos nemesis") {
-            break Some(s);
-        }
-        if start.elapsed() > LIMIT {
-            // SIGTERM: the command kills its cluster and removes its namespaces on the way out.
-            let _ = Command::new("kill").arg(child.id().to_string()).status();
-            std::thread::sleep(Duration::from_secs(5));
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let out = out_reader.join().unwrap();
-    let err = err_reader.join().unwrap();
+    let done = common::bounded::run_bounded(&mut cmd, LIMIT);
+    let (status, out, err) = (done.status, done.stdout, done.stderr);
 
     // Whatever the outcome: no server of the run survives, no namespace of the run is left.
     let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();

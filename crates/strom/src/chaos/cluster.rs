@@ -5,10 +5,11 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context};
+
+use super::procs::NodeProcs;
 
 pub struct LocalCluster {
     exe: PathBuf,
@@ -16,12 +17,11 @@ pub struct LocalCluster {
     broker_ports: Vec<u16>,
     controller_ports: Vec<u16>,
     set: Vec<String>,
-    children: Vec<Option<Child>>,
+    /// The nodes' processes: signals, pause/resume, kill, reaping; all killed on drop.
+    pub procs: NodeProcs,
     /// Per node: the address it listens on and the network namespace it runs in (`--net`);
     /// empty for the default, every node on 127.0.0.1 in this namespace.
     placement: Vec<(String, String)>,
-    /// Per node: stopped with SIGSTOP and not yet continued.
-    paused: Vec<bool>,
 }
 
 impl LocalCluster {
@@ -64,9 +64,8 @@ impl LocalCluster {
             broker_ports: ports[..nodes as usize].to_vec(),
             controller_ports: ports[nodes as usize..].to_vec(),
             set: set.to_vec(),
-            children: (0..nodes).map(|_| None).collect(),
+            procs: NodeProcs::new(dir.to_path_buf(), nodes as usize),
             placement,
-            paused: vec![false; nodes as usize],
         };
         for id in 1..=nodes as i32 {
             c.spawn(id)?;
@@ -75,7 +74,7 @@ impl LocalCluster {
     }
 
     pub fn nodes(&self) -> i32 {
-        self.children.len() as i32
+        self.procs.nodes()
     }
 
     pub fn node_dir(&self, id: i32) -> PathBuf {
@@ -105,7 +104,7 @@ impl LocalCluster {
     /// Starts node `id` (again), keeping its data dir.
     pub fn spawn(&mut self, id: i32) -> anyhow::Result<()> {
         let i = (id - 1) as usize;
-        let quorum = (0..self.children.len())
+        let quorum = (0..self.nodes() as usize)
             .map(|j| {
                 let h = self.host(j as i32 + 1);
                 format!("{}@{h}:{}", j + 1, self.controller_ports[j])
@@ -146,114 +145,7 @@ impl LocalCluster {
             .stdin(Stdio::null())
             .spawn()
             .with_context(|| format!("starting node {id}"))?;
-        self.children[i] = Some(child);
-        self.paused[i] = false;
+        self.procs.set(id, child);
         Ok(())
-    }
-
-    /// Whether node `id` has a running (possibly paused) process.
-    pub fn is_running(&self, id: i32) -> bool {
-        self.children[(id - 1) as usize].is_some()
-    }
-
-    pub fn is_paused(&self, id: i32) -> bool {
-        self.paused[(id - 1) as usize]
-    }
-
-    /// SIGSTOPs node `id`: the process keeps its sockets but answers nothing, like a long GC
-    /// pause or a frozen VM.
-    pub fn pause(&mut self, id: i32) -> anyhow::Result<()> {
-        self.signal(id, "STOP")?;
-        self.paused[(id - 1) as usize] = true;
-        Ok(())
-    }
-
-    /// SIGCONTs node `id` after [`LocalCluster::pause`].
-    pub fn resume(&mut self, id: i32) -> anyhow::Result<()> {
-        self.signal(id, "CONT")?;
-        self.paused[(id - 1) as usize] = false;
-        Ok(())
-    }
-
-    /// Sends a signal through kill(1): the workspace forbids `unsafe` and has no `nix`.
-    fn signal(&self, id: i32, sig: &str) -> anyhow::Result<()> {
-        let Some(c) = &self.children[(id - 1) as usize] else {
-            bail!("node {id} is not running");
-        };
-        let st = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(c.id().to_string())
-            .stdin(Stdio::null())
-            .status()
-            .with_context(|| format!("running kill -{sig}"))?;
-        if !st.success() {
-            bail!("kill -{sig} {} (node {id}) failed: {st}", c.id());
-        }
-        Ok(())
-    }
-
-    /// The process id of node `id`, when it runs.
-    pub fn pid(&self, id: i32) -> Option<u32> {
-        self.children[(id - 1) as usize].as_ref().map(|c| c.id())
-    }
-
-    /// Reaps node `id` if it has exited; whether it had.
-    pub fn try_reap(&mut self, id: i32) -> anyhow::Result<bool> {
-        let slot = &mut self.children[(id - 1) as usize];
-        let Some(c) = slot.as_mut() else {
-            return Ok(true);
-        };
-        if c.try_wait()?.is_some() {
-            *slot = None;
-            return Ok(true);
-        }
-        Ok(false)
-    }
-
-    /// SIGKILLs node `id` and reaps it.
-    pub fn kill(&mut self, id: i32) -> anyhow::Result<()> {
-        let Some(mut c) = self.children[(id - 1) as usize].take() else {
-            bail!("node {id} is not running");
-        };
-        c.kill().with_context(|| format!("killing node {id}"))?;
-        let _ = c.wait();
-        Ok(())
-    }
-
-    /// Fails if a node that should be running has exited.
-    pub fn check_alive(&mut self) -> anyhow::Result<()> {
-        for (i, c) in self.children.iter_mut().enumerate() {
-            if let Some(c) = c {
-                if let Ok(Some(status)) = c.try_wait() {
-                    bail!(
-                        "node {} exited ({status}); see {}",
-                        i + 1,
-                        self.dir
-                            .join(format!("node-{}", i + 1))
-                            .join("server.log")
-                            .display()
-                    );
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for LocalCluster {
-    fn drop(&mut self) {
-        // The data is thrown away: SIGKILL everything at once rather than wait for shutdowns.
-        for c in self.children.iter_mut().flatten() {
-            let _ = c.kill();
-        }
-        for c in self.children.iter_mut().flatten() {
-            for _ in 0..50 {
-                if matches!(c.try_wait(), Ok(Some(_))) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.wait();
-        }
     }
 }

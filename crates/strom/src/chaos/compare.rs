@@ -251,11 +251,11 @@ async fn follower_pause(cluster: &mut Nodes, leader: i32, f: i32) -> anyhow::Res
     tokio::time::sleep(Duration::from_secs(2)).await;
     let limit = Duration::from_secs(30);
     let t0 = Instant::now();
-    cluster.signal(f, "STOP")?;
+    cluster.procs().signal(f, "STOP")?;
     let shrink = until(&observe, limit, |_, isr| !isr.contains(&f)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let t1 = Instant::now();
-    cluster.signal(f, "CONT")?;
+    cluster.procs().signal(f, "CONT")?;
     let rejoin = until(&observe, limit, |_, isr| isr.contains(&f)).await;
     let stall = probe.max_gap(t0, t1);
     let acked = probe.acked();
@@ -275,7 +275,7 @@ async fn leader_term(cluster: &mut Nodes, leader: i32) -> anyhow::Result<String>
     tokio::time::sleep(Duration::from_secs(2)).await;
     let limit = Duration::from_secs(30);
     let t0 = Instant::now();
-    cluster.signal(leader, "TERM")?;
+    cluster.procs().signal(leader, "TERM")?;
     let moved = until(&observe, limit, |l, _| l >= 0 && l != leader).await;
     cluster.wait_exit(leader, Duration::from_secs(60))?;
     let exited = t0.elapsed();
@@ -299,15 +299,15 @@ async fn isr_loss(cluster: &mut Nodes, leader: i32, followers: &[i32]) -> anyhow
     let probe = Probe::start(&cluster.bootstrap_without(&[a, b])).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     // a dies first: the records acknowledged from here on are on the leader and b only.
-    cluster.kill(a)?;
+    cluster.procs_mut().kill(a)?;
     let observe = cluster.bootstrap_without(&[a]);
     let a_out = until(&observe, limit, |_, isr| !isr.contains(&a)).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let acked_without_a = probe.acked();
-    cluster.kill(b)?;
+    cluster.procs_mut().kill(b)?;
     let observe = cluster.bootstrap_without(&[a, b]);
     let b_out = until(&observe, limit, |_, isr| !isr.contains(&b)).await;
-    cluster.kill(leader)?;
+    cluster.procs_mut().kill(leader)?;
     // Only a comes back: its log lacks what was acknowledged after it died.
     cluster.spawn(a)?;
     let only_a = cluster.bootstrap_without(&[leader, b]);

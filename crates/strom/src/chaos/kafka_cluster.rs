@@ -5,10 +5,12 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+
+use super::procs::NodeProcs;
 
 pub const KAFKA_VERSION: &str = "4.4.0";
 
@@ -73,7 +75,8 @@ pub struct KafkaCluster {
     libs: PathBuf,
     dir: PathBuf,
     broker_ports: Vec<u16>,
-    children: Vec<Option<Child>>,
+    /// The JVMs: signals, kill, reaping; all killed on drop.
+    pub procs: NodeProcs,
 }
 
 impl KafkaCluster {
@@ -109,7 +112,7 @@ impl KafkaCluster {
             libs: libs.to_path_buf(),
             dir: dir.to_path_buf(),
             broker_ports: broker_ports.to_vec(),
-            children: (0..nodes).map(|_| None).collect(),
+            procs: NodeProcs::new(dir.to_path_buf(), nodes as usize),
         };
         for id in 1..=nodes as i32 {
             let node_dir = c.node_dir(id);
@@ -184,7 +187,7 @@ impl KafkaCluster {
     }
 
     pub fn nodes(&self) -> i32 {
-        self.children.len() as i32
+        self.procs.nodes()
     }
 
     pub fn node_dir(&self, id: i32) -> PathBuf {
@@ -216,7 +219,7 @@ impl KafkaCluster {
             .stdin(Stdio::null())
             .spawn()
             .with_context(|| format!("starting Kafka node {id}"))?;
-        self.children[(id - 1) as usize] = Some(child);
+        self.procs.set(id, child);
         Ok(())
     }
 
@@ -224,69 +227,13 @@ impl KafkaCluster {
         let deadline = Instant::now() + limit;
         let addr = self.broker_addr(id);
         while std::net::TcpStream::connect(&addr).is_err() {
-            self.check_alive()?;
+            self.procs.check_alive()?;
             if Instant::now() > deadline {
                 bail!("Kafka node {id} did not listen on {addr} within {limit:?}");
             }
             std::thread::sleep(Duration::from_millis(200));
         }
         Ok(())
-    }
-
-    /// The process id of node `id`, when it runs.
-    pub fn pid(&self, id: i32) -> Option<u32> {
-        self.children[(id - 1) as usize].as_ref().map(|c| c.id())
-    }
-
-    /// Reaps node `id` if it has exited; whether it had.
-    pub fn try_reap(&mut self, id: i32) -> anyhow::Result<bool> {
-        let slot = &mut self.children[(id - 1) as usize];
-        let Some(c) = slot.as_mut() else {
-            return Ok(true);
-        };
-        if c.try_wait()?.is_some() {
-            *slot = None;
-            return Ok(true);
-        }
-        Ok(false)
-    }
-
-    /// SIGKILLs node `id` and reaps it.
-    pub fn kill(&mut self, id: i32) -> anyhow::Result<()> {
-        let Some(mut c) = self.children[(id - 1) as usize].take() else {
-            bail!("Kafka node {id} is not running");
-        };
-        c.kill()
-            .with_context(|| format!("killing Kafka node {id}"))?;
-        let _ = c.wait();
-        Ok(())
-    }
-
-    /// Fails if a node that should be running has exited.
-    pub fn check_alive(&mut self) -> anyhow::Result<()> {
-        for (i, c) in self.children.iter_mut().enumerate() {
-            if let Some(c) = c {
-                if let Ok(Some(status)) = c.try_wait() {
-                    bail!(
-                        "Kafka node {} exited ({status}); see {}",
-                        i + 1,
-                        self.dir.join(format!("node-{}", i + 1)).display()
-                    );
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for KafkaCluster {
-    fn drop(&mut self) {
-        for c in self.children.iter_mut().flatten() {
-            let _ = c.kill();
-        }
-        for c in self.children.iter_mut().flatten() {
-            let _ = c.wait();
-        }
     }
 }
 

@@ -279,7 +279,7 @@ async fn one_run(
         batch_size: args.batch_size,
     };
     let deadline = Duration::from_secs(180);
-    let mut kill = || cluster.kill(leader);
+    let mut kill = || cluster.procs_mut().kill(leader);
     let sent = tokio::time::timeout(
         deadline,
         producers::produce(client, &workload, &mut kill, libs, dir),
@@ -318,7 +318,7 @@ async fn one_run(
     if let Err(e) = &rejoined {
         println!("    note: {e:#}");
     }
-    cluster.check_alive()?;
+    cluster.procs_mut().check_alive()?;
 
     // Read the topic from the beginning up to its end offset.
     let seen = read_all(&bootstrap, TOPIC).await?;

@@ -17,6 +17,7 @@ mod kafka_cluster;
 mod leader_kill;
 mod nemesis;
 mod nodes;
+mod procs;
 mod producers;
 
 pub use leader_kill::LeaderKillArgs;

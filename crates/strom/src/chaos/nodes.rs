@@ -10,6 +10,7 @@ use strom_client::{Admin, Client, ClientConfig, Consumer, ConsumerConfig, Offset
 
 use super::cluster::LocalCluster;
 use super::kafka_cluster::KafkaCluster;
+use super::procs::NodeProcs;
 
 /// Which system an experiment runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,11 +83,18 @@ impl Nodes {
         }
     }
 
-    /// SIGKILL.
-    pub fn kill(&mut self, id: i32) -> anyhow::Result<()> {
+    /// The nodes' processes.
+    pub fn procs(&self) -> &NodeProcs {
         match self {
-            Nodes::Strom(c) => c.kill(id),
-            Nodes::Kafka(c) => c.kill(id),
+            Nodes::Strom(c) => &c.procs,
+            Nodes::Kafka(c) => &c.procs,
+        }
+    }
+
+    pub fn procs_mut(&mut self) -> &mut NodeProcs {
+        match self {
+            Nodes::Strom(c) => &mut c.procs,
+            Nodes::Kafka(c) => &mut c.procs,
         }
     }
 
@@ -94,13 +102,6 @@ impl Nodes {
         match self {
             Nodes::Strom(c) => c.spawn(id),
             Nodes::Kafka(c) => c.spawn(id),
-        }
-    }
-
-    pub fn check_alive(&mut self) -> anyhow::Result<()> {
-        match self {
-            Nodes::Strom(c) => c.check_alive(),
-            Nodes::Kafka(c) => c.check_alive(),
         }
     }
 
@@ -122,7 +123,7 @@ impl Nodes {
             }
         })
         .await?;
-        self.check_alive()?;
+        self.procs_mut().check_alive()?;
         wait_for("the topic to be created", Duration::from_secs(30), || {
             let all = all.clone();
             async move {
@@ -157,39 +158,12 @@ impl Nodes {
         }
     }
 
-    fn pid(&self, id: i32) -> Option<u32> {
-        match self {
-            Nodes::Strom(c) => c.pid(id),
-            Nodes::Kafka(c) => c.pid(id),
-        }
-    }
-
-    /// Sends `signal` (STOP, CONT, TERM) to node `id`'s process.
-    pub fn signal(&self, id: i32, signal: &str) -> anyhow::Result<()> {
-        let pid = self
-            .pid(id)
-            .with_context(|| format!("node {id} is not running"))?;
-        let status = std::process::Command::new("kill")
-            .arg("-s")
-            .arg(signal)
-            .arg(pid.to_string())
-            .status()?;
-        if !status.success() {
-            bail!("kill -s {signal} {pid} failed");
-        }
-        Ok(())
-    }
-
     /// Waits up to `limit` for node `id` to exit by itself (after SIGTERM) and reaps it; how
     /// long that took.
     pub fn wait_exit(&mut self, id: i32, limit: Duration) -> anyhow::Result<Duration> {
         let start = Instant::now();
         loop {
-            let exited = match self {
-                Nodes::Strom(c) => c.try_reap(id)?,
-                Nodes::Kafka(c) => c.try_reap(id)?,
-            };
-            if exited {
+            if self.procs_mut().try_reap(id)? {
                 return Ok(start.elapsed());
             }
             if start.elapsed() > limit {

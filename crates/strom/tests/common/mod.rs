@@ -8,6 +8,7 @@
 
 #![allow(dead_code)]
 
+pub mod bounded;
 pub mod cluster;
 
 use std::collections::HashMap;

@@ -152,7 +152,7 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         replicas: NODES as usize,
     };
     workload::set_up_topic(&probe, NODES as usize).await?;
-    cluster.check_alive()?;
+    cluster.procs.check_alive()?;
     println!(
         "[{:7.2}s] cluster up, topic created, ISR full; starting the workload",
         start.elapsed().as_secs_f64()
@@ -248,7 +248,7 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
     for p in producers {
         let _ = p.await;
     }
-    cluster.check_alive()?;
+    cluster.procs.check_alive()?;
     println!("[{:7.2}s] producers done", start.elapsed().as_secs_f64());
     let all_acked = max_acked(&shared);
     let mut hws = probe.high_watermarks().await.unwrap_or_default();
@@ -306,7 +306,7 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         batches_compared += n;
         replica_problems.extend(bad);
     }
-    cluster.check_alive()?;
+    cluster.procs.check_alive()?;
     drop(cluster);
     drop(lab);
 

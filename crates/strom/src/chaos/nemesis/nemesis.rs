@@ -194,7 +194,7 @@ impl Nemesis {
             tokio::time::sleep(hold).await;
             self.heal(cluster, lab.as_deref_mut(), fault)?;
             self.last_heal = Some(Instant::now());
-            cluster.check_alive()?;
+            cluster.procs.check_alive()?;
             if Instant::now() + Duration::from_secs(1) >= until {
                 return Ok(());
             }
@@ -234,7 +234,7 @@ impl Nemesis {
         Ok(match kind {
             Kind::Kill => {
                 self.log(&format!("SIGKILL node {pick_node}"));
-                cluster.kill(pick_node)?;
+                cluster.procs.kill(pick_node)?;
                 Some(Fault::Killed(pick_node))
             }
             Kind::KillLeader => {
@@ -243,7 +243,7 @@ impl Nemesis {
                     return Ok(None);
                 };
                 self.log(&format!("SIGKILL node {l} (leader of partition {p})"));
-                cluster.kill(l)?;
+                cluster.procs.kill(l)?;
                 Some(Fault::Killed(l))
             }
             Kind::KillController => {
@@ -252,12 +252,12 @@ impl Nemesis {
                     return Ok(None);
                 };
                 self.log(&format!("SIGKILL node {c} (active controller)"));
-                cluster.kill(c)?;
+                cluster.procs.kill(c)?;
                 Some(Fault::Killed(c))
             }
             Kind::Pause => {
                 self.log(&format!("SIGSTOP node {pick_node}"));
-                cluster.pause(pick_node)?;
+                cluster.procs.pause(pick_node)?;
                 Some(Fault::Paused(pick_node))
             }
             Kind::PauseLeader => {
@@ -266,7 +266,7 @@ impl Nemesis {
                     return Ok(None);
                 };
                 self.log(&format!("SIGSTOP node {l} (leader of partition {p})"));
-                cluster.pause(l)?;
+                cluster.procs.pause(l)?;
                 Some(Fault::Paused(l))
             }
             Kind::IsolateLeader | Kind::Split | Kind::CutFollower => {
@@ -329,7 +329,7 @@ impl Nemesis {
             }
             Fault::Paused(n) => {
                 self.log(&format!("SIGCONT node {n}"));
-                cluster.resume(n)
+                cluster.procs.resume(n)
             }
             Fault::Cut => {
                 self.log("heal the network");
@@ -345,12 +345,12 @@ impl Nemesis {
         lab: Option<&mut NetLab>,
     ) -> anyhow::Result<()> {
         for n in 1..=cluster.nodes() {
-            if cluster.is_paused(n) {
+            if cluster.procs.is_paused(n) {
                 self.log(&format!("SIGCONT node {n}"));
-                cluster.resume(n)?;
+                cluster.procs.resume(n)?;
                 self.last_heal = Some(Instant::now());
             }
-            if !cluster.is_running(n) {
+            if !cluster.procs.is_running(n) {
                 self.log(&format!("restart node {n}"));
                 cluster.spawn(n)?;
                 self.last_heal = Some(Instant::now());
