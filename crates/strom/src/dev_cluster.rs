@@ -2,7 +2,7 @@
 //! Each node is a separate `strom server` process (this same binary), a controller voter and a
 //! broker; their pids and ports are printed, and Ctrl-C / SIGTERM stops them all.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -22,6 +22,33 @@ pub struct DevClusterArgs {
     /// Extra `--set key=value` for every node.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
+}
+
+/// Appends `server` and the flags of one node of a local cluster (a controller voter and a
+/// broker) to `cmd`: this binary, or a wrapper that execs it (`ip netns exec NS strom`).
+pub fn server_args(
+    cmd: &mut Command,
+    id: i32,
+    listen: &str,
+    controller_listen: &str,
+    quorum: &str,
+    dir: &Path,
+    set: &[String],
+) {
+    cmd.arg("server")
+        .arg("--node-id")
+        .arg(id.to_string())
+        .arg("--listen")
+        .arg(listen)
+        .arg("--controller-listen")
+        .arg(controller_listen)
+        .arg("--controller-quorum")
+        .arg(quorum)
+        .arg("--data-dir")
+        .arg(dir);
+    for s in set {
+        cmd.arg("--set").arg(s);
+    }
 }
 
 struct Nodes(Vec<Child>);
@@ -61,20 +88,15 @@ pub async fn run(args: DevClusterArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let log = std::fs::File::create(dir.join("server.log"))?;
         let mut cmd = Command::new(&exe);
-        cmd.arg("server")
-            .arg("--node-id")
-            .arg(id.to_string())
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{}", args.base_port + i))
-            .arg("--controller-listen")
-            .arg(format!("127.0.0.1:{}", args.base_port + 100 + i))
-            .arg("--controller-quorum")
-            .arg(&quorum)
-            .arg("--data-dir")
-            .arg(&dir);
-        for s in &args.set {
-            cmd.arg("--set").arg(s);
-        }
+        server_args(
+            &mut cmd,
+            id.into(),
+            &format!("127.0.0.1:{}", args.base_port + i),
+            &format!("127.0.0.1:{}", args.base_port + 100 + i),
+            &quorum,
+            &dir,
+            &args.set,
+        );
         let child = cmd
             .stdout(log.try_clone()?)
             .stderr(log)

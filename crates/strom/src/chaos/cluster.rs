@@ -125,20 +125,15 @@ impl LocalCluster {
             }
             None => Command::new(&self.exe),
         };
-        cmd.arg("server")
-            .arg("--node-id")
-            .arg(id.to_string())
-            .arg("--listen")
-            .arg(self.broker_addr(id))
-            .arg("--controller-listen")
-            .arg(format!("{}:{}", self.host(id), self.controller_ports[i]))
-            .arg("--controller-quorum")
-            .arg(&quorum)
-            .arg("--data-dir")
-            .arg(&dir);
-        for s in &self.set {
-            cmd.arg("--set").arg(s);
-        }
+        crate::dev_cluster::server_args(
+            &mut cmd,
+            id,
+            &self.broker_addr(id),
+            &format!("{}:{}", self.host(id), self.controller_ports[i]),
+            &quorum,
+            &dir,
+            &self.set,
+        );
         let child = cmd
             .stdout(log.try_clone()?)
             .stderr(log)
