@@ -3,13 +3,12 @@
 //! optionally run each node in its own network namespace (`strom chaos nemesis --net`). Every
 //! child is killed when it is dropped.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context};
 
-use super::procs::NodeProcs;
+use super::procs::{free_ports, NodeProcs};
 
 pub struct LocalCluster {
     exe: PathBuf,
@@ -49,15 +48,7 @@ impl LocalCluster {
             std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
         }
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let mut ports = Vec::new();
-        // Hold every listener until all are chosen so that no port is handed out twice.
-        let mut held = Vec::new();
-        for _ in 0..2 * nodes {
-            let l = TcpListener::bind("127.0.0.1:0")?;
-            ports.push(l.local_addr()?.port());
-            held.push(l);
-        }
-        drop(held);
+        let ports = free_ports(2 * nodes as usize)?;
         let mut c = LocalCluster {
             exe: std::env::current_exe().context("locating the strom binary")?,
             dir: dir.to_path_buf(),

@@ -22,7 +22,7 @@ use bytes::Bytes;
 use strom_client::{Producer, ProducerConfig};
 
 use super::kafka_cluster::kafka_libs;
-use super::nodes::{partition_state, read_all, Broker, Nodes};
+use super::nodes::{log_tails, partition_state, read_all, Broker, Nodes};
 
 const TOPIC: &str = "chaos-compare";
 const LAG_TIME_MS: u64 = 3000;
@@ -85,9 +85,13 @@ async fn all_scenarios(
     for &scenario in scenarios {
         for &broker in brokers {
             let dir = args.data_dir.join(format!("{}-{scenario}", broker.name()));
-            let line = one(broker, scenario, libs, &dir)
-                .await
-                .with_context(|| format!("{scenario} on {}", broker.name()))?;
+            let line = match one(broker, scenario, libs, &dir).await {
+                Ok(line) => line,
+                Err(e) => {
+                    eprintln!("{}", log_tails(&dir, 20));
+                    return Err(e.context(format!("{scenario} on {}", broker.name())));
+                }
+            };
             println!("{:<17} {:<6} {line}", scenario, broker.name());
             lines.push((scenario, broker, line));
         }

@@ -3,14 +3,13 @@
 //! kill / restart surface as [`super::cluster::LocalCluster`]. Also finds (or fetches) the jars
 //! that the Java producer needs.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use super::procs::NodeProcs;
+use super::procs::{free_ports, NodeProcs};
 
 pub const KAFKA_VERSION: &str = "4.4.0";
 
@@ -92,14 +91,7 @@ impl KafkaCluster {
             std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
         }
         std::fs::create_dir_all(dir)?;
-        let mut held = Vec::new();
-        let mut ports = Vec::new();
-        for _ in 0..2 * nodes {
-            let l = TcpListener::bind("127.0.0.1:0")?;
-            ports.push(l.local_addr()?.port());
-            held.push(l);
-        }
-        drop(held);
+        let ports = free_ports(2 * nodes as usize)?;
         let (broker_ports, controller_ports) = ports.split_at(nodes as usize);
         let voters = controller_ports
             .iter()

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 
 use super::kafka_cluster::kafka_libs;
-use super::nodes::{partition_state, read_all, wait_for, Broker, Nodes};
+use super::nodes::{log_tails, partition_state, read_all, wait_for, Broker, Nodes};
 use super::producers::{self, ClientKind, Workload};
 
 const TOPIC: &str = "chaos-leader-kill";
@@ -140,11 +140,17 @@ async fn experiment(
                     broker.name(),
                     on_off(idem)
                 ));
-                let o = one_run(args, broker, client, libs, idem, &dir)
-                    .await
-                    .with_context(|| {
-                        format!("{} idempotence {} run {n}", broker.name(), on_off(idem))
-                    })?;
+                let o = match one_run(args, broker, client, libs, idem, &dir).await {
+                    Ok(o) => o,
+                    Err(e) => {
+                        eprintln!("{}", log_tails(&dir, 20));
+                        return Err(e.context(format!(
+                            "{} idempotence {} run {n}",
+                            broker.name(),
+                            on_off(idem)
+                        )));
+                    }
+                };
                 println!(
                     "  {} idempotence {:3} run {n}: killed node {}; dump-log of node {}'s \
                      segment, batches per producerId: {}",

@@ -114,15 +114,27 @@ impl Nodes {
     ) -> anyhow::Result<i32> {
         let nodes = self.nodes();
         let all = self.bootstrap_without(&[]);
-        wait_for("all brokers to register", Duration::from_secs(60), || {
-            let all = all.clone();
-            async move {
+        // A node that dies at start (a port taken, a bad flag) fails the run at once rather
+        // than after the wait.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut last = String::new();
+        loop {
+            self.procs_mut().check_alive()?;
+            let registered = async {
                 let admin = Admin::new(connect(&all).await?);
                 let c = admin.describe_cluster().await?;
-                Ok((c.brokers.len() as i32 >= nodes).then_some(()))
+                anyhow::Ok(c.brokers.len() as i32 >= nodes)
+            };
+            match registered.await {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => last = format!("{e:#}"),
             }
-        })
-        .await?;
+            if Instant::now() >= deadline {
+                bail!("timed out after 60 s waiting for all brokers to register {last}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         self.procs_mut().check_alive()?;
         wait_for("the topic to be created", Duration::from_secs(30), || {
             let all = all.clone();
@@ -272,4 +284,38 @@ pub async fn read_all(bootstrap: &str, topic: &str) -> anyhow::Result<Vec<u64>> 
         }
     }
     Ok(seen)
+}
+
+/// The last `n` lines of every node's `server.log` under a run's `dir`: attached to a failed
+/// run's error, so that it says why a node died or never served even when the data dir is
+/// thrown away afterwards (as the tests' temporary dirs are).
+pub fn log_tails(dir: &Path, n: usize) -> String {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return String::new();
+    };
+    let mut nodes: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|f| f.to_str())
+                .is_some_and(|f| f.starts_with("node-"))
+        })
+        .collect();
+    nodes.sort();
+    let mut out = String::new();
+    for node in nodes {
+        let Ok(text) = std::fs::read_to_string(node.join("server.log")) else {
+            continue;
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        out.push_str(&format!(
+            "--- {}/server.log (last {n} lines)\n",
+            node.display()
+        ));
+        for l in &lines[lines.len().saturating_sub(n)..] {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    out
 }

@@ -2,11 +2,45 @@
 //! the Strom and the Kafka clusters of `strom chaos` do with their children — signal, pause,
 //! kill, reap, check — and the guarantee that none outlives the cluster (SIGKILL on drop).
 
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+
+/// `n` distinct loopback ports that are free now, below the kernel's ephemeral range (32768
+/// and up on Linux): a port the kernel hands out with `:0` can be taken by any outgoing
+/// connection (the clients', the nodes' own) before the node restarted on it binds it again, and
+/// the node then fails with "Address already in use". Each run starts its scan at a different
+/// place so that concurrent runs rarely probe the same ports; every port stays bound until all
+/// are chosen.
+pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 10_000;
+    let seed = std::process::id()
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+    let start = seed % SPAN;
+    let mut held = Vec::with_capacity(n);
+    for k in 0..SPAN {
+        if held.len() == n {
+            break;
+        }
+        let port = (LOW + (start + k) % SPAN) as u16;
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+            held.push(l);
+        }
+    }
+    if held.len() < n {
+        bail!(
+            "fewer than {n} free loopback ports between {LOW} and {}",
+            LOW + SPAN
+        );
+    }
+    held.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+}
 
 pub struct NodeProcs {
     /// Where node `i`'s logs are, for error messages: `<dir>/node-<i>`.
