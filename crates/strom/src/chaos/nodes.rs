@@ -140,13 +140,8 @@ impl Nodes {
             let all = all.clone();
             async move {
                 let admin = Admin::new(connect(&all).await?);
-                match admin.create_topic(topic, 1, 3, configs, false).await {
-                    Ok(()) => Ok(Some(())),
-                    Err(e) if e.code() == Some(strom_client::ErrorCode::TopicAlreadyExists) => {
-                        Ok(Some(()))
-                    }
-                    Err(e) => Err(e.into()),
-                }
+                ensure_topic(&admin, topic, 1, 3, configs).await?;
+                Ok(Some(()))
             }
         })
         .await?;
@@ -318,4 +313,23 @@ pub fn log_tails(dir: &Path, n: usize) -> String {
         }
     }
     out
+}
+
+/// Creates `topic`, counting TOPIC_ALREADY_EXISTS as done: an earlier attempt whose answer was
+/// lost (a node killed or paused meanwhile) may have created it.
+pub async fn ensure_topic(
+    admin: &Admin,
+    topic: &str,
+    partitions: i32,
+    replication_factor: i16,
+    configs: &[(String, String)],
+) -> anyhow::Result<()> {
+    match admin
+        .create_topic(topic, partitions, replication_factor, configs, false)
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.code() == Some(strom_client::ErrorCode::TopicAlreadyExists) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }

@@ -401,20 +401,14 @@ pub async fn set_up_topic(probe: &Probe, nodes: usize) -> anyhow::Result<()> {
                     "false".to_string(),
                 ),
             ];
-            match admin
-                .create_topic(
-                    TOPIC,
-                    probe.partitions,
-                    probe.replicas as i16,
-                    &configs,
-                    false,
-                )
-                .await
-            {
-                Ok(()) => Ok(()),
-                Err(e) if e.code() == Some(strom_client::ErrorCode::TopicAlreadyExists) => Ok(()),
-                Err(e) => Err(e.into()),
-            }
+            crate::chaos::nodes::ensure_topic(
+                &admin,
+                TOPIC,
+                probe.partitions,
+                probe.replicas as i16,
+                &configs,
+            )
+            .await
         })
         .await;
         match r {
