@@ -5,7 +5,9 @@
 //! - [`connection`]: one task per connection; requests are answered in order, on the task that
 //!   read them (no hand-off to another thread on the request path).
 //! - [`handlers`]: one module per Kafka API; each maps internal errors to that API's codes.
-//! - [`replica_manager`] / [`partition`]: hosted partitions, their logs, HW and delayed fetches.
+//! - [`replica_manager`] / [`partition`]: hosted partitions, their logs, HW, the fetch path.
+//! - [`purgatory`]: delayed operations (acks=all produce, fetch long-poll, DeleteRecords; later
+//!   join / sync / heartbeat and transaction markers), completed on events or timeouts.
 //! - [`config`]: Kafka-named broker properties and per-topic log configs.
 
 pub mod config;
@@ -14,6 +16,7 @@ pub mod controller_channel;
 pub mod handlers;
 pub mod partition;
 pub mod producer_ids;
+pub mod purgatory;
 pub mod replica_manager;
 pub mod replication;
 pub mod server;

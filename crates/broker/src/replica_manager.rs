@@ -1,6 +1,11 @@
 //! The replica manager: every partition replica this broker hosts, created, updated and deleted
 //! from metadata images (Kafka's `ReplicaManager.applyDelta`), plus the log-manager chores:
-//! checkpoints, retention and the clean-shutdown marker.
+//! checkpoints, retention and the clean-shutdown marker. The data path goes through it too:
+//! [`fetch`] (Kafka's `fetchMessages`) and [`delete_records`]; its partitions share one set of
+//! purgatories ([`DelayedOperations`]).
+
+pub mod delete_records;
+pub mod fetch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -13,7 +18,7 @@ use strom_storage::{parse_partition_dir_name, StorageError, UnifiedLog, CLEAN_SH
 use uuid::Uuid;
 
 use crate::config::BrokerConfig;
-use crate::partition::Partition;
+use crate::partition::{DelayedOperations, Partition};
 use crate::replication::{min_insync_replicas, AlterPartitionSender, FetcherManager, LeaderAndIsr};
 
 pub type TopicPartition = (String, i32);
@@ -36,6 +41,8 @@ pub struct ReplicaManager {
     /// The (leader, leader epoch) each followed partition is fetched from, so an unchanged
     /// image does not restart a fetch.
     followed: parking_lot::Mutex<HashMap<TopicPartition, (i32, i32)>>,
+    /// The produce, fetch and delete-records purgatories of every hosted partition.
+    delayed: Arc<DelayedOperations>,
 }
 
 pub struct Replication {
@@ -69,6 +76,7 @@ impl ReplicaManager {
             high_watermarks,
             replication: std::sync::OnceLock::new(),
             followed: parking_lot::Mutex::new(HashMap::new()),
+            delayed: Arc::new(DelayedOperations::default()),
         })
     }
 
@@ -79,6 +87,11 @@ impl ReplicaManager {
 
     pub fn replication(&self) -> Option<&Replication> {
         self.replication.get()
+    }
+
+    /// The purgatories of the delayed operations on this broker's partitions.
+    pub fn delayed(&self) -> &Arc<DelayedOperations> {
+        &self.delayed
     }
 
     pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
@@ -267,14 +280,10 @@ impl ReplicaManager {
         }
         write_partition_metadata(&dir, id)?;
         let hw = self.high_watermarks.get(&key).copied().unwrap_or(0);
-        let part = Arc::new(Partition::new(
-            topic.to_string(),
-            id,
-            p,
-            self.config.node_id,
-            log,
-            hw,
-        ));
+        let part = Arc::new(
+            Partition::new(topic.to_string(), id, p, self.config.node_id, log, hw)
+                .with_delayed_operations(self.delayed.clone()),
+        );
         self.partitions.write().insert(key, part.clone());
         Ok(part)
     }

@@ -134,8 +134,14 @@ async fn fetch_answers_on_the_append_that_brings_min_bytes() {
     tokio::time::advance(Duration::from_millis(1_234)).await;
     settle().await;
     assert!(!waiting.is_finished());
-    p.append_records_to_leader(&one_record(), AppendOrigin::Client, crate::now_ms())
-        .unwrap();
+    p.append_records_to_leader(
+        &one_record(),
+        AppendOrigin::Client,
+        1,
+        p.leader_epoch(),
+        crate::now_ms(),
+    )
+    .unwrap();
     settle().await;
     assert!(waiting.is_finished(), "woken by the append, not by a poll");
     assert!(record_bytes(&waiting.await.unwrap()) > 0);
