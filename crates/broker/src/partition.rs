@@ -7,8 +7,9 @@
 //! changes take the write side. So an append checked against leader epoch E either runs wholly
 //! before a change to E+1 or sees it and is refused, never stamped with the new epoch by a broker
 //! that was just deposed. Lock order: `state`, then `log`, then `replication`; none is held
-//! across an `.await`, and no public method is called with one held (a read lock is not
-//! re-entrant once a writer waits).
+//! across an `.await`, and no public method that takes them is called with one held (a read lock
+//! is not re-entrant once a writer waits; the plain getters use a recursive read, and the
+//! offsets are also published in atomics for readers that decide nothing on them).
 //!
 //! Operations waiting on this partition (acks=all produce, fetch long-poll, DeleteRecords) sit
 //! in the replica manager's purgatories ([`DelayedOperations`]); every method that moves what
