@@ -745,9 +745,7 @@ impl Partition {
     ) -> Result<LogAppendInfo, PartitionError> {
         let info = {
             let st = self.state.read();
-            if st.role == Role::Leader {
-                return Err(self.not_leader());
-            }
+            self.check_follower(&st)?;
             let mut log = self.lock_log(&st);
             let info = match log.log.append_as_follower(records, now_ms) {
                 Err(StorageError::UnexpectedAppendOffset {
@@ -766,11 +764,24 @@ impl Partition {
         Ok(info)
     }
 
+    /// A replica that leads takes nothing from a fetch answer of the previous leader, applied
+    /// after this broker took over (the fetcher is stopped only after the registration is
+    /// applied): no follower append, truncation, HW or log-start change reaches a leader's log.
+    fn check_follower(&self, st: &PartitionState) -> Result<(), PartitionError> {
+        if st.role == Role::Leader {
+            return Err(self.not_leader());
+        }
+        Ok(())
+    }
+
     /// A follower takes the leader's HW, capped at its own LEO (Kafka's follower
-    /// `updateHighWatermark`, which may also lower it).
+    /// `updateHighWatermark`, which may also lower it). A leader keeps its own.
     pub fn update_follower_high_watermark(&self, leader_hw: i64) -> i64 {
         let st = self.state.read();
         let mut log = self.lock_log(&st);
+        if st.role == Role::Leader {
+            return log.high_watermark;
+        }
         let hw = leader_hw
             .min(log.log.log_end_offset())
             .max(log.log.log_start_offset());
@@ -782,23 +793,30 @@ impl Partition {
     pub fn follower_maybe_increment_log_start_offset(
         &self,
         leader_log_start: i64,
-    ) -> Result<(), StorageError> {
+    ) -> Result<(), PartitionError> {
         let st = self.state.read();
+        self.check_follower(&st)?;
         let mut log = self.lock_log(&st);
         if leader_log_start <= log.log.log_start_offset() || leader_log_start > log.high_watermark {
             return Ok(());
         }
-        log.log.maybe_increment_log_start_offset(leader_log_start)
+        Ok(log.log.maybe_increment_log_start_offset(leader_log_start)?)
     }
 
-    /// Truncates this replica's log to `offset` (divergence); the HW never exceeds the LEO.
-    pub fn truncate_to(&self, offset: i64) -> Result<(), StorageError> {
-        self.with_log(|log| log.truncate_to(offset))
+    /// Truncates this follower's log to `offset` (divergence); the HW never exceeds the LEO.
+    pub fn truncate_to(&self, offset: i64) -> Result<(), PartitionError> {
+        let st = self.state.read();
+        self.check_follower(&st)?;
+        let mut log = self.lock_log(&st);
+        log.log.truncate_to(offset)?;
+        log.clamp_high_watermark();
+        Ok(())
     }
 
     /// Empties this replica's log and restarts it at `offset` (behind the leader's log start).
-    pub fn truncate_fully_and_start_at(&self, offset: i64) -> Result<(), StorageError> {
+    pub fn truncate_fully_and_start_at(&self, offset: i64) -> Result<(), PartitionError> {
         let st = self.state.read();
+        self.check_follower(&st)?;
         let mut log = self.lock_log(&st);
         log.log.truncate_fully_and_start_at(offset)?;
         log.high_watermark = offset;

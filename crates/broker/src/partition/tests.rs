@@ -166,3 +166,28 @@ fn racing_leadership_changes_never_stamp_a_foreign_epoch() {
     );
     assert!(stamped.iter().all(|e| e % 2 == 1), "{stamped:?}");
 }
+
+/// This broker took over while its fetcher still had an answer of the previous leader in
+/// flight: applying it must not touch the new leader's log.
+#[test]
+fn a_new_leader_takes_nothing_from_a_stale_fetch_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = partition(&dir);
+    p.apply_leader_and_isr(&reg(2, 2), 0);
+    p.append_records_to_follower(&batch(), 0).unwrap();
+    p.update_follower_high_watermark(1);
+    p.apply_leader_and_isr(&reg(ME, 3), 0);
+    let refused = |r: Result<(), PartitionError>| {
+        assert!(
+            matches!(r, Err(PartitionError::NotLeaderOrFollower { .. })),
+            "{r:?}"
+        )
+    };
+    refused(p.append_records_to_follower(&batch(), 0).map(|_| ()));
+    refused(p.truncate_to(0));
+    refused(p.truncate_fully_and_start_at(5));
+    refused(p.follower_maybe_increment_log_start_offset(1));
+    assert_eq!(p.update_follower_high_watermark(0), 1);
+    assert_eq!((p.log_start_offset(), p.log_end_offset()), (0, 1));
+    assert_eq!(p.high_watermark(), 1);
+}
