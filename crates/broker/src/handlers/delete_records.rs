@@ -58,8 +58,12 @@ fn append_deletes(
                     let res = DeleteRecordsPartitionResult::default()
                         .with_partition_index(p.partition_index)
                         .with_low_watermark(-1);
-                    let Some(part) = broker.replica_manager.get(&name, p.partition_index) else {
-                        return res.with_error_code(ErrorCode::UnknownTopicOrPartition.code());
+                    let part = match broker
+                        .replica_manager
+                        .get_partition_or_error(&name, p.partition_index)
+                    {
+                        Ok(p) => p,
+                        Err(code) => return res.with_error_code(code.code()),
                     };
                     if !part.is_leader() {
                         return res.with_error_code(ErrorCode::NotLeaderOrFollower.code());

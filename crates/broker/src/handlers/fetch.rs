@@ -85,10 +85,16 @@ fn read_all(
                 partitions.push(data.with_error_code(ErrorCode::UnknownTopicId.code()));
                 continue;
             };
-            let Some(partition) = broker.replica_manager.get(name, fp.partition) else {
-                errors = true;
-                partitions.push(data.with_error_code(ErrorCode::UnknownTopicOrPartition.code()));
-                continue;
+            let partition = match broker
+                .replica_manager
+                .get_partition_or_error(name, fp.partition)
+            {
+                Ok(p) => p,
+                Err(code) => {
+                    errors = true;
+                    partitions.push(data.with_error_code(code.code()));
+                    continue;
+                }
             };
             if !partition.is_leader() {
                 errors = true;
@@ -171,6 +177,7 @@ fn read_all(
                     if !matches!(e, StorageError::OffsetOutOfRange { .. }) {
                         tracing::warn!(topic = %name, partition = fp.partition, error = %e, "fetch read failed");
                     }
+                    broker.replica_manager.handle_storage_error(&partition, &e);
                 }
             }
             partitions.push(data);

@@ -89,8 +89,9 @@ fn append_all(
                     if !acks_ok {
                         return resp.with_error_code(ErrorCode::InvalidRequiredAcks.code());
                     }
-                    let Some(partition) = broker.replica_manager.get(&name, pd.index) else {
-                        return resp.with_error_code(ErrorCode::UnknownTopicOrPartition.code());
+                    let partition = match broker.replica_manager.get_partition_or_error(&name, pd.index) {
+                        Ok(p) => p,
+                        Err(code) => return resp.with_error_code(code.code()),
                     };
                     if !partition.is_leader() {
                         return resp.with_error_code(ErrorCode::NotLeaderOrFollower.code());
@@ -118,6 +119,7 @@ fn append_all(
                         }
                         Err(e) => {
                             tracing::debug!(topic = %name, partition = pd.index, error = %e, "produce rejected");
+                            broker.replica_manager.handle_storage_error(&partition, &e);
                             resp.with_error_code(e.error_code().code())
                                 .with_error_message(Some(str_bytes(&e.to_string())))
                                 .with_log_start_offset(partition.log_start_offset())
