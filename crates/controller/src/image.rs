@@ -242,6 +242,12 @@ impl MetadataImage {
             .is_some_and(|b| !b.fenced && !b.in_controlled_shutdown)
     }
 
+    /// Kafka's `LeaderAcceptor`: `broker` is active and its replica of the partition is not in
+    /// an offline log directory.
+    pub fn replica_can_lead(&self, broker: i32, topic_id: &Uuid, partition: i32) -> bool {
+        self.broker_is_active(broker) && !self.replica_is_offline(broker, topic_id, partition)
+    }
+
     /// Whether `broker`'s replica of the partition is in an offline log directory.
     pub fn replica_is_offline(&self, broker: i32, topic_id: &Uuid, partition: i32) -> bool {
         self.offline_replicas

@@ -235,4 +235,21 @@ mod tests {
         img.replay(&MetadataRecord::RemoveTopic { topic_id: id });
         assert!(img.offline_replicas.is_empty());
     }
+
+    #[test]
+    fn other_elections_never_pick_an_offline_replica() {
+        // 1 offline and out of the ISR; then 2, the leader, is fenced: with unclean elections
+        // allowed the only other replica, 1, must still not lead.
+        let (mut img, id) = image(2, &[reg(&[1, 2], &[1, 2], 2)]);
+        let (records, _) =
+            assign_replicas_to_dirs(&img, 1, &[(DIRECTORY_LOST, vec![(id, 0)])], |_| false);
+        replay(&mut img, &records);
+        let fence = crate::cluster_control::fence_broker(&img, 2, |_| true);
+        replay(&mut img, &fence);
+        let p = &img.topic_by_id(&id).unwrap().partitions[&0];
+        assert_eq!(p.leader, NO_LEADER);
+        let (records, _) = crate::cluster_control::elect_unclean_leaders(&img, |_| true, 10);
+        assert!(records.is_empty(), "{records:?}");
+        assert!(crate::partition_change::unclean_leader_election(&img, "t", 0).is_err());
+    }
 }
