@@ -36,7 +36,7 @@ pub fn raise_open_files_limit() -> Option<u64> {
                 soft_before = before.map(|b| b.0),
                 soft = soft,
                 hard = before.map(|b| b.1),
-                "open files limit (RLIMIT_NOFILE) raised to the hard limit"
+                "open files limit (RLIMIT_NOFILE): soft limit set to the hard limit"
             );
             Some(soft)
         }

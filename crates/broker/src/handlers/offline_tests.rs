@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use strom_protocol::kafka::messages::create_partitions_request::CreatePartitionsTopic;
 use strom_protocol::kafka::messages::create_topics_request::{
     CreatableTopic, CreatableTopicConfig,
 };
@@ -17,8 +18,8 @@ use strom_protocol::kafka::messages::list_offsets_request::{
 use strom_protocol::kafka::messages::metadata_request::MetadataRequestTopic;
 use strom_protocol::kafka::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use strom_protocol::kafka::messages::{
-    BrokerId, CreateTopicsRequest, FetchRequest, ListOffsetsRequest, MetadataRequest,
-    ProduceRequest, TopicName,
+    BrokerId, CreatePartitionsRequest, CreateTopicsRequest, FetchRequest, ListOffsetsRequest,
+    MetadataRequest, ProduceRequest, TopicName,
 };
 use strom_protocol::kafka::protocol::StrBytes;
 use strom_protocol::records::{
@@ -199,6 +200,20 @@ async fn a_partition_whose_log_cannot_be_created_is_offline() {
     // Offline until restart: a new image does not try again.
     assert_eq!(create(&b, "other", &[]).await.0, 0);
     assert!(b.replica_manager.is_offline("bad", 0));
+    // CreatePartitions reports a new partition that cannot be opened, not the old ones.
+    std::fs::write(dir.path().join("good-1"), b"not a directory").unwrap();
+    let more = |count| {
+        CreatePartitionsRequest::default()
+            .with_timeout_ms(5_000)
+            .with_topics(vec![CreatePartitionsTopic::default()
+                .with_name(name("good"))
+                .with_count(count)
+                .with_assignments(None)])
+    };
+    let resp = topics::create_partitions(&b, more(2)).await;
+    assert_eq!(resp.results[0].error_code, storage_error());
+    let resp = topics::create_partitions(&b, more(3)).await;
+    assert_eq!(resp.results[0].error_code, 0);
 }
 
 #[tokio::test]

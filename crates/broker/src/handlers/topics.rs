@@ -189,12 +189,31 @@ pub async fn create_partitions(
                 .map(|x| x.broker_ids.into_iter().map(|b| b.0).collect())
                 .collect()
         });
+        let before = broker
+            .image()
+            .topic(t.name.0.as_str())
+            .map_or(0, |t| t.partitions.len() as i32);
         let r = broker
             .controller
             .create_partitions(t.name.0.as_str(), t.count, assignments, req.validate_only)
             .await;
+        // As CreateTopics: new partitions this node could not open are reported.
+        let failed: Vec<i32> = match &r {
+            Ok(()) if !req.validate_only => offline_here(broker, t.name.0.as_str())
+                .into_iter()
+                .filter(|&p| p >= before)
+                .collect(),
+            _ => Vec::new(),
+        };
         let res = CreatePartitionsTopicResult::default().with_name(t.name);
         results.push(match r {
+            Ok(()) if !failed.is_empty() => res
+                .with_error_code(ErrorCode::KafkaStorageError.code())
+                .with_error_message(Some(str_bytes(&format!(
+                    "The logs of partitions {failed:?} could not be created on broker {}; \
+                     those replicas are offline",
+                    broker.config.node_id
+                )))),
             Ok(()) => res,
             Err(e) => res
                 .with_error_code(e.code())
