@@ -5,8 +5,10 @@
 //!
 //! Failures: a dir that cannot be created, locked or formatted at start-up stops the broker
 //! (Kafka marks it offline and goes on with the others; Strom does not serve a subset of its
-//! dirs yet). A partition whose log cannot be opened or written later is made offline by the
-//! replica manager, replica by replica (see `directory_assignments`).
+//! dirs yet). A dir whose checkpoints cannot be written later goes offline, as Kafka's
+//! `LogDirFailureChannel` takes it: no new partition is placed there and the replica manager
+//! makes its replicas offline. A partition whose log cannot be opened or written is made
+//! offline by the replica manager, replica by replica (see `directory_assignments`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -164,6 +166,8 @@ pub struct LogManager {
     high_watermarks: HashMap<TopicPartition, i64>,
     /// Partition -> index into `dirs`: found on disk at start-up, or chosen for a new one.
     placement: Mutex<HashMap<TopicPartition, usize>>,
+    /// Indexes of the dirs that failed.
+    offline_dirs: Mutex<std::collections::BTreeSet<usize>>,
 }
 
 /// The offsets one partition contributes to its dir's checkpoints.
@@ -227,6 +231,7 @@ impl LogManager {
             log_start_offsets,
             high_watermarks,
             placement: Mutex::new(placement),
+            offline_dirs: Mutex::new(Default::default()),
         })
     }
 
@@ -253,7 +258,7 @@ impl LogManager {
         let i = match placement.get(&tp) {
             Some(&i) => i,
             None => {
-                let i = next_log_dir(self.dirs.len(), &placement);
+                let i = next_log_dir(self.dirs.len(), &placement, &self.offline_dirs.lock());
                 placement.insert(tp, i);
                 i
             }
@@ -290,10 +295,33 @@ impl LogManager {
         self.high_watermarks.get(tp).copied().unwrap_or(0)
     }
 
-    /// Writes each dir's recovery-point, log-start-offset and high-watermark checkpoints with
-    /// the partitions it holds. A partition placed but not open (offline, or not yet in the
-    /// image) keeps what was read at start-up rather than losing its offsets.
-    pub fn checkpoint(&self, entries: Vec<CheckpointEntry>) -> Result<(), StorageError> {
+    /// Whether the dir at `path` failed.
+    pub fn is_dir_offline(&self, path: &Path) -> bool {
+        let offline = self.offline_dirs.lock();
+        self.dirs
+            .iter()
+            .position(|d| d.path == path)
+            .is_some_and(|i| offline.contains(&i))
+    }
+
+    /// The partitions placed in the dir at `path`.
+    pub fn partitions_in(&self, path: &Path) -> Vec<TopicPartition> {
+        let Some(i) = self.dirs.iter().position(|d| d.path == path) else {
+            return Vec::new();
+        };
+        self.placement
+            .lock()
+            .iter()
+            .filter(|(_, &d)| d == i)
+            .map(|(tp, _)| tp.clone())
+            .collect()
+    }
+
+    /// Writes each online dir's recovery-point, log-start-offset and high-watermark checkpoints
+    /// with the partitions it holds. A partition placed but not open (offline, or not yet in
+    /// the image) keeps what was read at start-up rather than losing its offsets. A dir whose
+    /// checkpoint cannot be written goes offline; the dirs that failed now are returned.
+    pub fn checkpoint(&self, entries: Vec<CheckpointEntry>) -> Vec<(PathBuf, StorageError)> {
         let placement = self.placement.lock().clone();
         type Maps = [HashMap<TopicPartition, i64>; 3];
         let mut per_dir: Vec<Maps> = (0..self.dirs.len()).map(|_| Default::default()).collect();
@@ -324,17 +352,38 @@ impl LogManager {
                 }
             }
         }
-        for (dir, [rp, lso, hw]) in self.dirs.iter().zip(per_dir) {
-            OffsetCheckpointFile::new(dir.path.join(RECOVERY_POINT_CHECKPOINT)).write(&rp)?;
-            OffsetCheckpointFile::new(dir.path.join(LOG_START_OFFSET_CHECKPOINT)).write(&lso)?;
-            OffsetCheckpointFile::new(dir.path.join(REPLICATION_OFFSET_CHECKPOINT)).write(&hw)?;
+        let mut failed = Vec::new();
+        for (i, (dir, [rp, lso, hw])) in self.dirs.iter().zip(per_dir).enumerate() {
+            if self.offline_dirs.lock().contains(&i) {
+                continue;
+            }
+            let write = || -> Result<(), StorageError> {
+                OffsetCheckpointFile::new(dir.path.join(RECOVERY_POINT_CHECKPOINT)).write(&rp)?;
+                OffsetCheckpointFile::new(dir.path.join(LOG_START_OFFSET_CHECKPOINT))
+                    .write(&lso)?;
+                OffsetCheckpointFile::new(dir.path.join(REPLICATION_OFFSET_CHECKPOINT))
+                    .write(&hw)?;
+                Ok(())
+            };
+            if let Err(e) = write() {
+                tracing::error!(dir = %dir.path.display(), error = %e,
+                    "cannot write checkpoints: log dir offline");
+                self.offline_dirs.lock().insert(i);
+                failed.push((dir.path.clone(), e));
+            }
         }
-        Ok(())
+        failed
     }
 
     /// Writes every dir's clean-shutdown marker (after the logs are closed and checkpointed).
     pub fn write_clean_shutdown_markers(&self) -> Result<(), StorageError> {
-        for dir in &self.dirs {
+        let offline = self.offline_dirs.lock().clone();
+        for (_, dir) in self
+            .dirs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !offline.contains(i))
+        {
             std::fs::write(dir.path.join(CLEAN_SHUTDOWN_FILE), b"")?;
             File::open(&dir.path)?.sync_all()?;
         }
@@ -342,14 +391,21 @@ impl LogManager {
     }
 }
 
-/// Kafka's `nextLogDirs`: the dir holding the fewest partitions, the first such in `log.dirs`
-/// order on a tie.
-fn next_log_dir(n: usize, placement: &HashMap<TopicPartition, usize>) -> usize {
+/// Kafka's `nextLogDirs`: the online dir holding the fewest partitions, the first such in
+/// `log.dirs` order on a tie (the first dir when all are offline: the open then fails).
+fn next_log_dir(
+    n: usize,
+    placement: &HashMap<TopicPartition, usize>,
+    offline: &std::collections::BTreeSet<usize>,
+) -> usize {
     let mut counts = vec![0usize; n];
     for &i in placement.values() {
         counts[i] += 1;
     }
-    (0..n).min_by_key(|&i| (counts[i], i)).unwrap_or(0)
+    (0..n)
+        .filter(|i| !offline.contains(i))
+        .min_by_key(|&i| (counts[i], i))
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -406,7 +462,7 @@ mod tests {
                 log_start_offset: base + 1,
                 high_watermark: base + 2,
             };
-            lm.checkpoint(vec![entry(0, 10), entry(1, 20)]).unwrap();
+            assert!(lm.checkpoint(vec![entry(0, 10), entry(1, 20)]).is_empty());
             lm.write_clean_shutdown_markers().unwrap();
         }
         // Each dir's checkpoint names only its own partition.
@@ -428,10 +484,34 @@ mod tests {
         assert_eq!(lm.log_dir_of(&t0).unwrap().path, paths[0]);
         assert_eq!(lm.log_dir_of(&t1).unwrap().path, paths[1]);
         // A partition not open at the next checkpoint keeps its offsets.
-        lm.checkpoint(Vec::new()).unwrap();
+        assert!(lm.checkpoint(Vec::new()).is_empty());
         let lm = LogManager::open(&paths).unwrap();
         assert_eq!(lm.recovery_point(&t0), 10);
         assert!(!lm.had_clean_shutdown());
+    }
+
+    #[test]
+    fn a_dir_whose_checkpoint_fails_goes_offline_and_gets_no_new_partitions() {
+        let (_t, paths) = dirs(2);
+        let lm = LogManager::open(&paths).unwrap();
+        let (a, _) = lm.partition_dir("t", 0);
+        assert_eq!(a.parent().unwrap(), paths[0]);
+        // A directory where dir 0's checkpoint file goes: the write's rename fails.
+        std::fs::create_dir_all(paths[0].join(RECOVERY_POINT_CHECKPOINT).join("x")).unwrap();
+        let failed = lm.checkpoint(Vec::new());
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].0, paths[0]);
+        assert!(lm.is_dir_offline(&paths[0]) && !lm.is_dir_offline(&paths[1]));
+        assert_eq!(lm.partitions_in(&paths[0]), vec![("t".to_string(), 0)]);
+        // Dir 0 would have the fewest after one more, but it is offline: all go to dir 1.
+        for p in 1..4 {
+            assert_eq!(lm.partition_dir("t", p).0.parent().unwrap(), paths[1]);
+        }
+        // Not retried, and no marker for it at shutdown.
+        assert!(lm.checkpoint(Vec::new()).is_empty());
+        lm.write_clean_shutdown_markers().unwrap();
+        assert!(!paths[0].join(CLEAN_SHUTDOWN_FILE).exists());
+        assert!(paths[1].join(CLEAN_SHUTDOWN_FILE).exists());
     }
 
     #[test]

@@ -362,7 +362,9 @@ impl ReplicaManager {
         }
     }
 
-    /// Writes the recovery-point, log-start-offset and high-watermark checkpoints.
+    /// Writes the recovery-point, log-start-offset and high-watermark checkpoints. A log dir
+    /// whose checkpoints cannot be written is offline, and so are its replicas (Kafka's
+    /// `handleLogDirFailure`); the first such error is returned.
     pub fn checkpoint(&self) -> Result<(), StorageError> {
         let entries = self
             .all()
@@ -374,7 +376,18 @@ impl ReplicaManager {
                 high_watermark: p.high_watermark(),
             })
             .collect();
-        self.log_manager.checkpoint(entries)
+        let failed = self.log_manager.checkpoint(entries);
+        for (dir, e) in &failed {
+            for (topic, p) in self.log_manager.partitions_in(dir) {
+                if let Some(part) = self.get(&topic, p) {
+                    self.mark_offline(&topic, p, part.topic_id, e);
+                }
+            }
+        }
+        match failed.into_iter().next() {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Retention pass over every hosted partition.

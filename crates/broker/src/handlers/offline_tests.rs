@@ -235,3 +235,36 @@ async fn an_append_that_fails_with_an_io_error_makes_the_replica_offline() {
     report(&b).await;
     assert_eq!(metadata(&b, "w").await, (-1, vec![1]));
 }
+
+#[tokio::test]
+async fn a_log_dir_whose_checkpoints_fail_takes_its_replicas_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    let props = BTreeMap::from([(
+        "log.dirs".to_string(),
+        format!("{},{}", a.display(), b_dir.display()),
+    )]);
+    let config = BrokerConfig::new(
+        1,
+        "127.0.0.1:0".parse().unwrap(),
+        None,
+        dir.path().join("unused"),
+        props,
+    )
+    .unwrap();
+    let server = Server::start(config).await.unwrap();
+    let b = server.broker();
+    assert_eq!(create(&b, "in-a", &[]).await.0, 0);
+    assert_eq!(create(&b, "in-b", &[]).await.0, 0);
+    assert!(a.join("in-a-0").is_dir() && b_dir.join("in-b-0").is_dir());
+    // A directory where a's checkpoint file goes: the checkpoint write fails.
+    std::fs::create_dir_all(a.join("replication-offset-checkpoint").join("x")).unwrap();
+    assert!(b.replica_manager.checkpoint().is_err());
+    assert!(b.replica_manager.is_offline("in-a", 0));
+    assert_eq!(produce(&b, "in-a", b"x").await, storage_error());
+    assert_eq!(produce(&b, "in-b", b"x").await, 0);
+    // New partitions go to the dir still online.
+    assert_eq!(create(&b, "new", &[]).await.0, 0);
+    assert!(b_dir.join("new-0").is_dir());
+    assert!(b.replica_manager.checkpoint().is_ok());
+}
