@@ -13,7 +13,9 @@
 pub mod config;
 pub mod connection;
 pub mod controller_channel;
+pub mod directory_assignments;
 pub mod handlers;
+pub mod log_manager;
 pub mod partition;
 pub mod producer_ids;
 pub mod purgatory;

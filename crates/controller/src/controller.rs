@@ -878,6 +878,9 @@ fn partition_record(topic_id: Uuid, partition: i32, replicas: Vec<i32>) -> Metad
 #[path = "broker_lifecycle.rs"]
 mod broker_lifecycle;
 
+#[path = "log_dirs.rs"]
+pub mod log_dirs;
+
 #[cfg(test)]
 #[path = "controller_tests.rs"]
 mod tests;

@@ -90,8 +90,9 @@ fn append_all(
                     if !acks_ok {
                         return resp.with_error_code(ErrorCode::InvalidRequiredAcks.code());
                     }
-                    let Some(partition) = broker.replica_manager.get(&name, pd.index) else {
-                        return resp.with_error_code(ErrorCode::UnknownTopicOrPartition.code());
+                    let partition = match broker.replica_manager.get_partition_or_error(&name, pd.index) {
+                        Ok(p) => p,
+                        Err(code) => return resp.with_error_code(code.code()),
                     };
                     // The leader epoch checked here goes with the append, which is refused if
                     // leadership moved in between (never stamped with a newer leader's epoch).
@@ -115,6 +116,9 @@ fn append_all(
                         }
                         Err(e) => {
                             tracing::debug!(topic = %name, partition = pd.index, error = %e, "produce rejected");
+                            if let PartitionError::Storage(se) = &e {
+                                broker.replica_manager.handle_storage_error(&partition, se);
+                            }
                             resp.with_error_code(produce_error_code(&e).code())
                                 .with_error_message(Some(str_bytes(&e.to_string())))
                                 .with_log_start_offset(match e {

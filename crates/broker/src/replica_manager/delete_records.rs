@@ -80,11 +80,12 @@ impl ReplicaManager {
     ) -> Vec<DeleteRecordsResult> {
         let mut statuses = Vec::with_capacity(requests.len());
         for (topic, index, offset) in requests {
-            let partition = self.get(topic, *index);
+            let found = self.get_partition_or_error(topic, *index);
+            let partition = found.as_ref().ok().cloned();
             let (result, required_offset, pending) = match &partition {
                 None => (
                     DeleteRecordsResult {
-                        error: Some(ErrorCode::UnknownTopicOrPartition),
+                        error: found.err(),
                         low_watermark: -1,
                     },
                     -1,

@@ -143,12 +143,13 @@ impl ReplicaManager {
                     .push(FetchPartitionData::error(ErrorCode::UnknownTopicId));
                 continue;
             };
-            let Some(partition) = self.get(topic, req.partition) else {
-                out.complete_now = true;
-                out.data.push(FetchPartitionData::error(
-                    ErrorCode::UnknownTopicOrPartition,
-                ));
-                continue;
+            let partition = match self.get_partition_or_error(topic, req.partition) {
+                Ok(p) => p,
+                Err(code) => {
+                    out.complete_now = true;
+                    out.data.push(FetchPartitionData::error(code));
+                    continue;
+                }
             };
             let limit = req.fetch.max_bytes.min(remaining);
             let result = partition.fetch_records(
@@ -201,8 +202,9 @@ impl ReplicaManager {
                             data.last_stable_offset = at.last_stable_offset;
                             data.log_start_offset = at.log_start_offset;
                         }
-                        PartitionError::Storage(_) => {
+                        PartitionError::Storage(se) => {
                             tracing::warn!(%topic, partition = req.partition, error = %e, "fetch read failed");
+                            self.handle_storage_error(&partition, se);
                         }
                         _ => {}
                     }
