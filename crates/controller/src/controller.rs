@@ -17,6 +17,7 @@ use crate::placement::{new_partition_record, place_partitions, validate_assignme
 use crate::record::MetadataRecord;
 use crate::state::{MetadataState, RaftStateMachine};
 use crate::{names, topic_config};
+use strom_protocol::ErrorCode;
 use strom_raft::{MetadataQuorum, QuorumConfig, QuorumError};
 
 /// Controller failures, each tied to the Kafka error it stands for. The broker maps them to wire
@@ -55,17 +56,17 @@ impl ControllerError {
     /// The Kafka error code (`Errors.java`) this error is answered with.
     pub fn code(&self) -> i16 {
         match self {
-            Self::TopicAlreadyExists(_) => 36,
-            Self::InvalidTopic(_) => 17,
-            Self::InvalidPartitions(_) => 37,
-            Self::InvalidReplicationFactor(_) => 38,
-            Self::InvalidReplicaAssignment(_) => 39,
-            Self::InvalidConfig(_) => 40,
-            Self::InvalidRequest(_) => 42,
-            Self::UnknownTopicOrPartition => 3,
-            Self::UnknownTopicId => 100,
-            Self::Io(_) => -1,
-            Self::NotController { .. } => 41,
+            Self::TopicAlreadyExists(_) => ErrorCode::TopicAlreadyExists.code(),
+            Self::InvalidTopic(_) => ErrorCode::InvalidTopicException.code(),
+            Self::InvalidPartitions(_) => ErrorCode::InvalidPartitions.code(),
+            Self::InvalidReplicationFactor(_) => ErrorCode::InvalidReplicationFactor.code(),
+            Self::InvalidReplicaAssignment(_) => ErrorCode::InvalidReplicaAssignment.code(),
+            Self::InvalidConfig(_) => ErrorCode::InvalidConfig.code(),
+            Self::InvalidRequest(_) => ErrorCode::InvalidRequest.code(),
+            Self::UnknownTopicOrPartition => ErrorCode::UnknownTopicOrPartition.code(),
+            Self::UnknownTopicId => ErrorCode::UnknownTopicId.code(),
+            Self::Io(_) => ErrorCode::UnknownServerError.code(),
+            Self::NotController { .. } => ErrorCode::NotController.code(),
             Self::Code { code, .. } => *code,
         }
     }

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::image::PartitionRegistration;
+use strom_protocol::ErrorCode;
 
 fn block<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
@@ -100,7 +101,7 @@ fn too_few_usable_brokers_is_invalid_replication_factor() {
     assert_eq!(
         err(r),
         (
-            38,
+            ErrorCode::InvalidReplicationFactor.code(),
             "Unable to replicate the partition 3 time(s): The target replication factor of 3 \
              cannot be reached because only 2 broker(s) are registered."
                 .into()
@@ -127,7 +128,7 @@ fn too_few_usable_brokers_is_invalid_replication_factor() {
     assert_eq!(
         err(block(c2.create_partitions("t3", 2, None, false))),
         (
-            38,
+            ErrorCode::InvalidReplicationFactor.code(),
             "The target replication factor of 3 cannot be reached because only 2 broker(s) are \
              registered."
                 .into()
@@ -144,7 +145,7 @@ fn controlled_shutdown_and_all_fenced_leave_no_usable_broker() {
     assert!(block(c.controlled_shutdown(2, 10_001, false)).unwrap());
     assert_eq!(
         err(block(c.create_topics(&[spec("t", 1, 2)], false)).remove(0)).0,
-        38
+        ErrorCode::InvalidReplicationFactor.code()
     );
     assert!(block(c.create_topics(&[spec("t", 4, 1)], false))[0].is_ok());
     assert!(partitions(&c, "t").iter().all(|p| p.replicas == vec![1]));
@@ -153,7 +154,7 @@ fn controlled_shutdown_and_all_fenced_leave_no_usable_broker() {
     assert_eq!(
         err(block(c.create_topics(&[spec("u", 1, 1)], false)).remove(0)),
         (
-            38,
+            ErrorCode::InvalidReplicationFactor.code(),
             "Unable to replicate the partition 1 time(s): All brokers are currently fenced.".into()
         )
     );
@@ -185,7 +186,7 @@ fn manual_assignment_leader_and_isr_are_the_live_replicas() {
     assert_eq!(
         err(block(c.create_topics(&[manual("f", vec![(0, vec![3])])], false)).remove(0)),
         (
-            39,
+            ErrorCode::InvalidReplicaAssignment.code(),
             "All brokers specified in the manual partition assignment for partition 0 are \
              fenced or in controlled shutdown."
                 .into()
@@ -200,7 +201,7 @@ fn manual_assignment_leader_and_isr_are_the_live_replicas() {
             false
         ))),
         (
-            39,
+            ErrorCode::InvalidReplicaAssignment.code(),
             "All brokers specified in the manual partition assignment for partition 1 are \
              fenced or in controlled shutdown."
                 .into()
@@ -216,7 +217,7 @@ fn manual_assignment_errors_follow_kafka() {
     let c = cluster_with_broker_3_fenced(dir.path());
     let create =
         |a: Vec<(i32, Vec<i32>)>| err(block(c.create_topics(&[manual("x", a)], false)).remove(0));
-    let m = |s: &str| (39, s.to_string());
+    let m = |s: &str| (ErrorCode::InvalidReplicaAssignment.code(), s.to_string());
     assert_eq!(
         create(vec![(0, vec![1]), (0, vec![2])]),
         m("Found multiple manual partition assignments for partition 0")
