@@ -12,6 +12,7 @@ pub mod config;
 pub mod connection;
 pub mod controller_channel;
 pub mod handlers;
+pub mod metadata_loader;
 pub mod partition;
 pub mod producer_ids;
 pub mod replica_manager;

@@ -136,8 +136,10 @@ pub struct TopicDefaults {
     pub replication_factor: i16,
 }
 
-/// Receives every new metadata image, in log order (the broker's metadata publisher).
-pub type Publisher = Box<dyn Fn(&Arc<MetadataImage>) + Send + Sync>;
+/// Receives every new metadata image with what changed, in log order. It is called on the
+/// replay path (openraft's apply, under the image lock), so it must only hand the two on — the
+/// broker's `MetadataLoader` queues them for its publishers — and never block or do I/O.
+pub type Publisher = Box<dyn Fn(crate::delta::MetadataDelta, &Arc<MetadataImage>) + Send + Sync>;
 
 /// Where records are made durable: a local file (a single-node cluster) or the Raft quorum.
 enum Backend {
@@ -198,8 +200,8 @@ impl QuorumController {
         })
     }
 
-    /// Registers the function that receives every new image. It is called at once with the
-    /// current image.
+    /// Registers the function that receives every new image and its delta. It is called at once
+    /// with the current image (and a delta from nothing).
     pub fn set_publisher(&self, publisher: Publisher) {
         self.state.set_publisher(publisher);
     }
