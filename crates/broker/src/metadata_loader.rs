@@ -1,8 +1,9 @@
 //! The broker's metadata loader (Kafka's `MetadataLoader`): receives every new metadata image
 //! with its delta from the controller's replay path and hands them, in log order, to the
-//! registered publishers: the replica manager, then the broker's image holder (later the
-//! coordinators, between the two, using `MetadataDelta::local_changes` for the partitions of
-//! their internal topics).
+//! registered publishers: the replica manager, then the broker's image holder; later the
+//! coordinators, added with [`MetadataLoader::install`], which learn from
+//! `MetadataDelta::local_changes` which partitions of their internal topic this broker started
+//! or stopped leading.
 //!
 //! The image holder comes last, unlike Kafka's metadata cache, so an image seen through
 //! `Broker::image()` has been applied to the hosted partitions: a Metadata answer never names
@@ -16,10 +17,9 @@
 //! thread runs the publishers. When the thread falls behind, the queued deltas are merged so a
 //! publisher sees the latest image and everything that changed since its previous call.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use strom_controller::controller::Publisher;
 use strom_controller::{MetadataDelta, MetadataImage};
 use tokio::sync::watch;
@@ -58,26 +58,38 @@ impl MetadataPublisher for ReplicaManager {
 
 enum Event {
     Update {
-        seq: u64,
         delta: MetadataDelta,
         image: Arc<MetadataImage>,
     },
+    Install(Arc<dyn MetadataPublisher>),
     Stop,
 }
 
+/// The queue's sending end with the sequence number of the last event queued, under one lock
+/// so that events from replay and from `install` are numbered in queue order.
+struct Queue {
+    tx: mpsc::Sender<(u64, Event)>,
+    last: u64,
+}
+
+impl Queue {
+    fn send(&mut self, event: Event) {
+        self.last += 1;
+        let _ = self.tx.send((self.last, event));
+    }
+}
+
 pub struct MetadataLoader {
-    tx: mpsc::Sender<Event>,
-    /// Sequence number of the last update queued by replay.
-    queued: Arc<AtomicU64>,
-    /// Sequence number of the last update every publisher has seen.
+    queue: Arc<Mutex<Queue>>,
+    /// Sequence number of the last event every publisher has seen.
     published: watch::Receiver<u64>,
-    thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl MetadataLoader {
     /// Starts the loader thread with `publishers`, called in this order for every update.
     pub fn start(publishers: Vec<Arc<dyn MetadataPublisher>>) -> Self {
-        let (tx, rx) = mpsc::channel::<Event>();
+        let (tx, rx) = mpsc::channel();
         let (done_tx, published) = watch::channel(0u64);
         // Publishers may start tasks (the replica fetchers); give them the caller's runtime.
         let rt = tokio::runtime::Handle::try_current().ok();
@@ -85,36 +97,38 @@ impl MetadataLoader {
             .name("metadata-loader".into())
             .spawn(move || {
                 let _guard = rt.as_ref().map(|h| h.enter());
-                run(rx, &publishers, &done_tx);
+                run(rx, publishers, &done_tx);
             })
             .expect("spawn the metadata loader thread");
         Self {
-            tx,
-            queued: Arc::new(AtomicU64::new(0)),
+            queue: Arc::new(Mutex::new(Queue { tx, last: 0 })),
             published,
-            thread: parking_lot::Mutex::new(Some(thread)),
+            thread: Mutex::new(Some(thread)),
         }
     }
 
     /// The function to register with `QuorumController::set_publisher`: it only queues.
     pub fn sink(&self) -> Publisher {
-        let tx = self.tx.clone();
-        let queued = self.queued.clone();
+        let queue = self.queue.clone();
+        // Called under the controller's image lock, so updates are queued in log order.
         Box::new(move |delta, image| {
-            // Called under the controller's image lock, so sequence numbers follow log order.
-            let seq = queued.fetch_add(1, Ordering::SeqCst) + 1;
-            let _ = tx.send(Event::Update {
-                seq,
+            queue.lock().send(Event::Update {
                 delta,
                 image: image.clone(),
-            });
+            })
         })
     }
 
-    /// Waits until every publisher has seen every image replayed before this call (a request
+    /// Adds a publisher after start (Kafka's `installPublishers`): it is first handed the
+    /// current image with a delta from nothing, then every later update, after the others.
+    pub fn install(&self, publisher: Arc<dyn MetadataPublisher>) {
+        self.queue.lock().send(Event::Install(publisher));
+    }
+
+    /// Waits until every publisher has seen every image queued before this call (a request
     /// handler's read-your-writes after a controller change).
     pub async fn caught_up(&self) {
-        let target = self.queued.load(Ordering::SeqCst);
+        let target = self.queue.lock().last;
         let mut rx = self.published.clone();
         // An error means the loader thread is gone (shutdown): nothing more will be published.
         let _ = rx.wait_for(|&done| done >= target).await;
@@ -124,7 +138,7 @@ impl MetadataLoader {
     /// after this no publisher runs (the replica manager may close its logs). Later images are
     /// dropped.
     pub async fn shutdown(&self) {
-        let _ = self.tx.send(Event::Stop);
+        self.queue.lock().send(Event::Stop);
         let thread = self.thread.lock().take();
         if let Some(t) = thread {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
@@ -132,49 +146,27 @@ impl MetadataLoader {
     }
 }
 
+/// The loader thread: takes everything queued, merges consecutive updates (a backlog is
+/// published in one step, with the latest image and everything that changed since), and calls
+/// the publishers.
 fn run(
-    rx: mpsc::Receiver<Event>,
-    publishers: &[Arc<dyn MetadataPublisher>],
+    rx: mpsc::Receiver<(u64, Event)>,
+    mut publishers: Vec<Arc<dyn MetadataPublisher>>,
     done: &watch::Sender<u64>,
 ) {
-    let mut stop = false;
-    while !stop {
-        let Ok(first) = rx.recv() else { return };
-        let Event::Update {
-            mut seq,
-            mut delta,
-            mut image,
-        } = first
-        else {
-            return;
-        };
-        // Catch up in one step with whatever else replay queued meanwhile.
-        while let Ok(next) = rx.try_recv() {
-            match next {
-                Event::Update {
-                    seq: s,
-                    delta: d,
-                    image: i,
-                } => {
-                    delta.merge(d);
-                    seq = s;
-                    image = i;
-                }
-                Event::Stop => {
-                    stop = true;
-                    break;
-                }
-            }
-        }
-        for p in publishers {
+    let mut current = Arc::new(MetadataImage::default());
+    let mut pending: Option<MetadataDelta> = None;
+    let mut seq = 0;
+    let publish =
+        |p: &Arc<dyn MetadataPublisher>, delta: &MetadataDelta, image: &Arc<MetadataImage>| {
             tracing::trace!(
                 publisher = p.name(),
                 offset = image.offset,
                 "publishing metadata"
             );
-            // A failing publisher must not stop the others or later images (Kafka's loader
-            // reports a fault and goes on).
-            let call = std::panic::AssertUnwindSafe(|| p.on_metadata_update(&delta, &image));
+            // A failing publisher must not stop the others or later images (Kafka's loader reports
+            // a fault and goes on).
+            let call = std::panic::AssertUnwindSafe(|| p.on_metadata_update(delta, image));
             if std::panic::catch_unwind(call).is_err() {
                 tracing::error!(
                     publisher = p.name(),
@@ -182,8 +174,44 @@ fn run(
                     "metadata publisher failed"
                 );
             }
+        };
+    loop {
+        let Ok(first) = rx.recv() else { return };
+        let mut stop = false;
+        for (n, event) in std::iter::once(first).chain(rx.try_iter()) {
+            match event {
+                Event::Update { delta, image } => {
+                    match pending.as_mut() {
+                        Some(d) => d.merge(delta),
+                        None => pending = Some(delta),
+                    }
+                    current = image;
+                }
+                Event::Install(p) => {
+                    if let Some(d) = pending.take() {
+                        publishers.iter().for_each(|q| publish(q, &d, &current));
+                    }
+                    publish(
+                        &p,
+                        &MetadataDelta::between(&MetadataImage::default(), &current),
+                        &current,
+                    );
+                    publishers.push(p);
+                }
+                Event::Stop => stop = true,
+            }
+            seq = n;
+            if stop {
+                break;
+            }
+        }
+        if let Some(d) = pending.take() {
+            publishers.iter().for_each(|q| publish(q, &d, &current));
         }
         done.send_replace(seq);
+        if stop {
+            return;
+        }
     }
 }
 

@@ -135,3 +135,37 @@ async fn publishers_run_in_order_and_caught_up_waits_for_them() {
     assert!(c.create_topics(&[spec("u")], false).await[0].is_ok());
     loader.caught_up().await;
 }
+
+/// A publisher installed later first sees the whole current image, then the updates after it.
+#[tokio::test]
+async fn an_installed_publisher_starts_from_the_current_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = controller(&dir);
+    let loader = MetadataLoader::start(Vec::new());
+    c.set_publisher(loader.sink());
+    c.register_broker(1, "127.0.0.1", 9092, None, 1)
+        .await
+        .unwrap();
+    assert!(c.create_topics(&[spec("old")], false).await[0].is_ok());
+    let late = Arc::new(Recorder::default());
+    loader.install(late.clone());
+    loader.caught_up().await;
+    {
+        let seen = late.0.lock();
+        assert_eq!(seen.len(), 1);
+        let (delta, image) = &seen[0];
+        assert_eq!(image.offset, c.image().offset);
+        let old = c.image().topic("old").unwrap().id;
+        assert_eq!(
+            delta.created_topics,
+            std::collections::BTreeSet::from([old])
+        );
+        assert_eq!(delta.local_changes(1, image).leaders.len(), 2);
+    }
+    assert!(c.create_topics(&[spec("new")], false).await[0].is_ok());
+    loader.caught_up().await;
+    let last = late.0.lock().last().unwrap().0.clone();
+    let new = c.image().topic("new").unwrap().id;
+    assert_eq!(last.created_topics, std::collections::BTreeSet::from([new]));
+    loader.shutdown().await;
+}
