@@ -169,3 +169,59 @@ async fn an_installed_publisher_starts_from_the_current_image() {
     assert_eq!(last.created_topics, std::collections::BTreeSet::from([new]));
     loader.shutdown().await;
 }
+
+/// The same on the Raft path: a one-voter quorum keeps committing and applying entries (each
+/// proposal returns only once the entry is applied on the leader) while a publisher is stuck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_publisher_does_not_block_raft_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut quorum = strom_raft::QuorumConfig::new(
+        1,
+        std::collections::BTreeMap::from([(1, addr)]),
+        addr,
+        dir.path().join("raft"),
+    );
+    quorum.election_timeout_ms = 200;
+    quorum.heartbeat_ms = 50;
+    let c = QuorumController::start_quorum(
+        quorum,
+        TopicDefaults {
+            num_partitions: 1,
+            replication_factor: 1,
+        },
+    )
+    .await
+    .unwrap();
+    c.wait_for_leader(std::time::Duration::from_secs(20))
+        .await
+        .unwrap();
+    let (open, gate) = mpsc::channel();
+    let recorder = Arc::new(Recorder::default());
+    let loader = MetadataLoader::start(vec![Arc::new(Gate(Mutex::new(gate))), recorder.clone()]);
+    c.set_publisher(loader.sink());
+    // The leader may need a moment before it accepts proposals.
+    while c
+        .register_broker(1, "127.0.0.1", 9092, None, 1)
+        .await
+        .is_err()
+    {
+        tokio::task::yield_now().await;
+    }
+    for i in 0..10 {
+        let r = c.create_topics(&[spec(&format!("t{i}"))], false).await;
+        assert!(r[0].is_ok(), "{r:?}");
+    }
+    assert_eq!(c.image().topics.len(), 10);
+    assert!(recorder.0.lock().is_empty());
+    drop(open);
+    loader.caught_up().await;
+    let last = recorder.0.lock().last().unwrap().1.clone();
+    assert_eq!(last.offset, c.image().offset);
+    assert_eq!(last.topics.len(), 10);
+    loader.shutdown().await;
+    c.shutdown().await;
+}
