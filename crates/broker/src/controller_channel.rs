@@ -256,7 +256,7 @@ impl ControllerChannel {
 fn code_to_result(code: i16, leader: Option<i32>) -> Result<(), ControllerError> {
     match code {
         0 => Ok(()),
-        41 => Err(not_controller(leader)),
+        c if c == strom_protocol::ErrorCode::NotController.code() => Err(not_controller(leader)),
         other => Err(ControllerError::Io(format!(
             "controller answered error {other}"
         ))),

@@ -16,6 +16,7 @@ pub mod controller_channel;
 pub mod directory_assignments;
 pub mod handlers;
 pub mod log_manager;
+pub mod metadata_loader;
 pub mod partition;
 pub mod producer_ids;
 pub mod purgatory;

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use strom_controller::MetadataImage;
+use strom_controller::{MetadataDelta, MetadataImage, RemovedTopic};
 use strom_protocol::ErrorCode;
 use strom_storage::{StorageError, UnifiedLog};
 use uuid::Uuid;
@@ -159,33 +159,79 @@ impl ReplicaManager {
         }
     }
 
-    /// Makes the hosted partitions match `image`: opens logs for new replicas, updates leadership
-    /// and configs, deletes the logs of removed topics (and of a topic re-created under the same
-    /// name, recognised by its topic id).
+    /// Makes the hosted partitions match `image`, whatever was applied before: every partition
+    /// of `image` counts as changed and hosted partitions it lacks as deleted. For tests and
+    /// tools; the broker follows the metadata through [`Self::apply_delta`].
     pub fn apply_image(&self, image: &MetadataImage) {
-        let now_ms = crate::now_ms();
-        let node = self.config.node_id;
-        let mut wanted: HashMap<TopicPartition, (Uuid, &BTreeMap<String, String>)> = HashMap::new();
-        for t in image.topics.values() {
-            for (p, reg) in &t.partitions {
-                if reg.replicas.contains(&node) {
-                    wanted.insert((t.name.clone(), *p), (t.id, &t.configs));
-                }
+        let mut delta = MetadataDelta::between(&MetadataImage::default(), image);
+        for p in self.all() {
+            let current = image.topic_by_id(&p.topic_id);
+            if current.is_none_or(|t| !t.partitions.contains_key(&p.index)) {
+                delta
+                    .removed_topics
+                    .entry(p.topic_id)
+                    .or_insert_with(|| RemovedTopic {
+                        name: p.topic.clone(),
+                        replicas: BTreeMap::new(),
+                    })
+                    .replicas
+                    .insert(p.index, vec![self.config.node_id]);
             }
         }
-        // Offline replicas of deleted (or re-created) topics are forgotten.
-        self.offline
-            .write()
-            .retain(|k, id| wanted.get(k).is_some_and(|(w, _)| w == id));
+        self.apply_delta(&delta, image);
+    }
+
+    /// Kafka's `ReplicaManager.applyDelta`: touches only what `delta` changed for this broker.
+    /// Replicas removed from it (topic deleted, reassigned away) are closed and their logs
+    /// deleted; new replicas get their logs opened; changed ones take the new leadership and
+    /// ISR; a topic's config change reaches its hosted partitions; a broker change (fencing,
+    /// controlled shutdown, a new endpoint) reaches every hosted partition, since it changes
+    /// who may join an ISR and where followers fetch from. Runs on the metadata loader thread,
+    /// never under the image lock; the partition map's lock is never held across file I/O.
+    pub fn apply_delta(&self, delta: &MetadataDelta, image: &MetadataImage) {
+        let now_ms = crate::now_ms();
+        let node = self.config.node_id;
+        let changes = delta.local_changes(node, image);
+        // A topic created under the name of one still hosted: the old replicas go too.
+        let reused: Vec<(String, Uuid)> = delta
+            .created_topics
+            .iter()
+            .filter_map(|id| image.topic_by_id(id).map(|t| (t.name.clone(), *id)))
+            .collect();
         let stale: Vec<Arc<Partition>> = {
             let mut parts = self.partitions.write();
-            let keys: Vec<TopicPartition> = parts
+            let mut keys: Vec<TopicPartition> = changes
+                .deletes
                 .iter()
-                .filter(|(k, p)| wanted.get(*k).is_none_or(|(id, _)| *id != p.topic_id))
-                .map(|(k, _)| k.clone())
+                .filter(|(topic, id, p)| {
+                    // Only the replica of that topic id: the name may be reused already.
+                    parts
+                        .get(&(topic.clone(), *p))
+                        .is_some_and(|part| part.topic_id == *id)
+                })
+                .map(|(topic, _, p)| (topic.clone(), *p))
                 .collect();
+            keys.extend(
+                parts
+                    .iter()
+                    .filter(|((t, _), part)| {
+                        reused.iter().any(|(n, id)| n == t && *id != part.topic_id)
+                    })
+                    .map(|(k, _)| k.clone()),
+            );
             keys.iter().filter_map(|k| parts.remove(k)).collect()
         };
+        {
+            // Offline replicas of deleted (or re-created) topics are forgotten.
+            let mut offline = self.offline.write();
+            for (topic, id, p) in &changes.deletes {
+                let key = (topic.clone(), *p);
+                if offline.get(&key) == Some(id) {
+                    offline.remove(&key);
+                }
+            }
+            offline.retain(|(t, _), id| !reused.iter().any(|(n, rid)| n == t && rid != id));
+        }
         if let Some(r) = self.replication.get() {
             let keys: Vec<TopicPartition> =
                 stale.iter().map(|p| (p.topic.clone(), p.index)).collect();
@@ -205,6 +251,22 @@ impl ReplicaManager {
                 }
             }
         }
+        // The replicas to (re)apply: changed ones, plus hosted ones whose topic config changed,
+        // plus every hosted one when a broker changed.
+        let mut touched: std::collections::BTreeSet<(Uuid, i32)> = changes
+            .leaders
+            .iter()
+            .chain(&changes.followers)
+            .map(|p| (p.topic_id, p.partition))
+            .collect();
+        for p in self.all() {
+            if !delta.changed_brokers.is_empty() || delta.changed_configs.contains(&p.topic_id) {
+                touched.insert((p.topic_id, p.index));
+            }
+        }
+        if touched.is_empty() {
+            return;
+        }
         // Kafka's `isReplicaIsrEligible`: a fenced or shutting-down broker cannot join an ISR.
         let ineligible: Vec<i32> = image
             .brokers
@@ -212,18 +274,23 @@ impl ReplicaManager {
             .filter(|(_, b)| b.fenced || b.in_controlled_shutdown)
             .map(|(&id, _)| id)
             .collect();
-        for ((topic, p), (id, configs)) in wanted {
-            let t = &image.topics[&topic];
-            let reg = &t.partitions[&p];
-            let existing = self.get(&topic, p);
+        for (id, p) in touched {
+            let Some(t) = image.topic_by_id(&id) else {
+                continue;
+            };
+            let Some(reg) = t.partitions.get(&p).filter(|r| r.replicas.contains(&node)) else {
+                continue;
+            };
+            let (topic, configs) = (&t.name, &t.configs);
+            let existing = self.get(topic, p).filter(|part| part.topic_id == id);
             let part = match existing {
                 Some(part) => {
                     part.update_config(self.config.log_config(configs));
                     part
                 }
                 // Offline until restart: not opened again on every image.
-                None if self.is_offline(&topic, p) => continue,
-                None => match self.open_partition(&topic, p, id, configs) {
+                None if self.is_offline(topic, p) => continue,
+                None => match self.open_partition(topic, p, id, configs) {
                     Ok(part) => part,
                     Err(e) => {
                         self.mark_offline(&topic, p, id, &e);

@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use crate::config::BrokerConfig;
 use crate::controller_channel::ControllerChannel;
+use crate::metadata_loader::{ImageHolder, MetadataLoader};
 use crate::producer_ids::ProducerIdManager;
 use crate::replica_manager::{ReplicaManager, Replication};
 use crate::replication::{
@@ -55,6 +56,7 @@ pub struct Broker {
     pub producer_ids: ProducerIdManager,
     pub channel: Arc<ControllerChannel>,
     metadata: Arc<RwLock<Arc<MetadataImage>>>,
+    pub metadata_loader: Arc<MetadataLoader>,
 }
 
 impl Broker {
@@ -76,6 +78,12 @@ impl Broker {
     /// only to clone an `Arc`).
     pub fn image(&self) -> Arc<MetadataImage> {
         self.metadata.read().clone()
+    }
+
+    /// Waits until the metadata replayed on this node so far is applied here (hosted
+    /// partitions and `image()`): read-your-writes after a local controller change.
+    pub async fn sync_metadata(&self) {
+        self.metadata_loader.caught_up().await
     }
 }
 
@@ -159,14 +167,14 @@ impl Server {
                 ),
             });
         }
-        {
-            let rm = replica_manager.clone();
-            let md = metadata.clone();
-            controller.set_publisher(Box::new(move |image| {
-                rm.apply_image(image);
-                *md.write() = image.clone();
-            }));
-        }
+        // Replay only queues (delta, image); the loader thread applies them (see
+        // metadata_loader.rs for the order). Start-up waits for the first image to be applied.
+        let metadata_loader = Arc::new(MetadataLoader::start(vec![
+            replica_manager.clone(),
+            Arc::new(ImageHolder(metadata.clone())),
+        ]));
+        controller.set_publisher(metadata_loader.sink());
+        metadata_loader.caught_up().await;
         if config.controller_quorum.is_none() {
             // Only a complete image may judge a log stray; a quorum member's image is complete
             // only once it has caught up, so there this is left to a later version.
@@ -202,6 +210,7 @@ impl Server {
                 controller,
                 replica_manager,
                 metadata,
+                metadata_loader,
             }),
             listener,
             _dir_locks: locks,
@@ -266,6 +275,7 @@ impl Server {
         }
         // Connections finish the request they are in; give them a moment before closing logs.
         tokio::time::sleep(Duration::from_millis(100)).await;
+        self.broker.metadata_loader.shutdown().await;
         self.broker.replica_manager.shutdown()?;
         self.broker.controller.shutdown().await;
         tracing::info!("shutdown complete");

@@ -100,6 +100,7 @@ impl Leader {
                 false,
             )
             .await;
+        self.broker.sync_metadata().await;
         let p = self.broker.replica_manager.get(topic, 0).expect("hosted");
         p.apply_leader_and_isr(
             &LeaderAndIsr {

@@ -169,6 +169,8 @@ async fn report(b: &Arc<Broker>) {
         .assign_replicas_to_dirs(&pending, false)
         .await
         .unwrap();
+    // Publishing is asynchronous (the metadata loader): wait until the image has it.
+    b.sync_metadata().await;
     assert!(crate::directory_assignments::pending_assignments(
         &b.replica_manager,
         &b.image(),

@@ -78,6 +78,7 @@ async fn broker(dir: &tempfile::TempDir) -> (Server, Arc<Partition>) {
     };
     let b = server.broker();
     assert!(b.controller.create_topics(&[spec], false).await[0].is_ok());
+    b.sync_metadata().await;
     let p = b.replica_manager.get("t", 0).expect("hosted");
     (server, p)
 }

@@ -47,6 +47,8 @@ pub async fn create_topics(
         .controller
         .create_topics(&specs, req.validate_only)
         .await;
+    // Answer once this broker applied the new topics, so the client can use them at once.
+    broker.sync_metadata().await;
     let topics = req
         .topics
         .into_iter()
@@ -145,7 +147,9 @@ pub async fn delete_topics(
     };
     let results: Vec<Result<(String, uuid::Uuid), ControllerError>> =
         if broker.config.delete_topic_enable {
-            broker.controller.delete_topics(&refs).await
+            let r = broker.controller.delete_topics(&refs).await;
+            broker.sync_metadata().await;
+            r
         } else {
             refs.iter()
                 .map(|_| {
@@ -197,6 +201,7 @@ pub async fn create_partitions(
             .controller
             .create_partitions(t.name.0.as_str(), t.count, assignments, req.validate_only)
             .await;
+        broker.sync_metadata().await;
         // As CreateTopics: new partitions this node could not open are reported.
         let failed: Vec<i32> = match &r {
             Ok(()) if !req.validate_only => offline_here(broker, t.name.0.as_str())
