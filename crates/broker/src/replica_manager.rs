@@ -132,6 +132,7 @@ impl ReplicaManager {
                 .collect();
             keys.iter().filter_map(|k| parts.remove(k)).collect()
         };
+        self.stop_partitions(&stale);
         if let Some(r) = self.replication.get() {
             let keys: Vec<TopicPartition> =
                 stale.iter().map(|p| (p.topic.clone(), p.index)).collect();
@@ -193,6 +194,14 @@ impl ReplicaManager {
                 now_ms,
             );
             self.update_fetcher(image, &part, reg.leader, reg.leader_epoch);
+        }
+    }
+
+    /// Kafka's `stopPartitions` (the data-path half; the caller has taken them out of the map):
+    /// each refuses from now on and its waiting produces, fetches and deletes answer now.
+    fn stop_partitions(&self, stopped: &[Arc<Partition>]) {
+        for p in stopped {
+            p.mark_removed();
         }
     }
 
