@@ -56,6 +56,8 @@ pub enum PartitionError {
     /// The caller's leader epoch is newer than this replica knows.
     #[error("leader epoch {requested} is newer than the current leader epoch {current}")]
     UnknownLeaderEpoch { requested: i32, current: i32 },
+    #[error("{topic}-{partition} is not hosted on this broker any more")]
+    UnknownTopicOrPartition { topic: String, partition: i32 },
     #[error("{0}")]
     NotEnoughReplicas(String),
     #[error("{0}")]
@@ -68,6 +70,7 @@ impl PartitionError {
     pub fn error_code(&self) -> ErrorCode {
         match self {
             Self::NotLeaderOrFollower { .. } => ErrorCode::NotLeaderOrFollower,
+            Self::UnknownTopicOrPartition { .. } => ErrorCode::UnknownTopicOrPartition,
             Self::FencedLeaderEpoch { .. } => ErrorCode::FencedLeaderEpoch,
             Self::UnknownLeaderEpoch { .. } => ErrorCode::UnknownLeaderEpoch,
             Self::NotEnoughReplicas(_) => ErrorCode::NotEnoughReplicas,
@@ -146,6 +149,9 @@ struct PartitionState {
     /// follower fetch states and any pending ISR change. On a single node the ISR is just this
     /// broker, so the HW follows the LEO.
     replication: Mutex<LeaderState>,
+    /// No longer hosted (deleted, or moved off this broker): refuses everything, and the
+    /// operations still waiting on it answer UNKNOWN_TOPIC_OR_PARTITION.
+    removed: bool,
 }
 
 /// Kafka's `LogDeleteRecordsResult`.
@@ -198,6 +204,7 @@ impl Partition {
             state: RwLock::new(PartitionState {
                 role: Role::Leader,
                 leader_epoch: 0,
+                removed: false,
                 log: Mutex::new(local),
                 replication: Mutex::new(LeaderState::new(node_id)),
             }),
@@ -227,6 +234,36 @@ impl Partition {
             guard: st.log.lock(),
             published: &self.published,
         }
+    }
+
+    /// This replica must be hosted and lead.
+    fn check_leader(&self, st: &PartitionState) -> Result<(), PartitionError> {
+        if st.removed {
+            return Err(self.removed_error());
+        }
+        if st.role != Role::Leader {
+            return Err(self.not_leader());
+        }
+        Ok(())
+    }
+
+    fn removed_error(&self) -> PartitionError {
+        PartitionError::UnknownTopicOrPartition {
+            topic: self.topic.clone(),
+            partition: self.index,
+        }
+    }
+
+    /// Kafka's `stopPartitions` for this replica: the replica manager no longer hosts it. Every
+    /// later append, read or delete is refused, and the operations waiting on it answer now
+    /// (UNKNOWN_TOPIC_OR_PARTITION) instead of at their timeouts.
+    pub fn mark_removed(&self) {
+        self.state.write().removed = true;
+        self.delayed.check_and_complete_all(&self.key);
+    }
+
+    pub fn is_removed(&self) -> bool {
+        self.state.read().removed
     }
 
     fn not_leader(&self) -> PartitionError {
@@ -395,9 +432,7 @@ impl Partition {
     /// append if leadership moved in between.
     pub fn leader_epoch_if_leader(&self) -> Result<i32, PartitionError> {
         let st = self.state.read();
-        if st.role != Role::Leader {
-            return Err(self.not_leader());
-        }
+        self.check_leader(&st)?;
         Ok(st.leader_epoch)
     }
     pub fn high_watermark(&self) -> i64 {
@@ -440,9 +475,7 @@ impl Partition {
     ) -> Result<LogAppendInfo, PartitionError> {
         let (info, hw_moved) = {
             let st = self.state.read();
-            if st.role != Role::Leader {
-                return Err(self.not_leader());
-            }
+            self.check_leader(&st)?;
             Self::check_leader_epoch(&st, Some(expected_leader_epoch))?;
             let mut log = self.lock_log(&st);
             if required_acks == -1 {
@@ -497,9 +530,7 @@ impl Partition {
         const HIGH_WATERMARK: i64 = -1;
         let (result, lw_moved) = {
             let st = self.state.read();
-            if st.role != Role::Leader {
-                return Err(self.not_leader());
-            }
+            self.check_leader(&st)?;
             let mut log = self.lock_log(&st);
             let hw = log.high_watermark;
             let requested = if offset == HIGH_WATERMARK { hw } else { offset };
@@ -710,8 +741,8 @@ impl Partition {
         required_offset: i64,
     ) -> Option<Result<(), ErrorCode>> {
         let st = self.state.read();
-        if st.role != Role::Leader {
-            return Some(Err(ErrorCode::NotLeaderOrFollower));
+        if let Err(e) = self.check_leader(&st) {
+            return Some(Err(e.error_code()));
         }
         let hw = self.lock_log(&st).high_watermark;
         let repl = st.replication.lock();
@@ -768,6 +799,9 @@ impl Partition {
     /// after this broker took over (the fetcher is stopped only after the registration is
     /// applied): no follower append, truncation, HW or log-start change reaches a leader's log.
     fn check_follower(&self, st: &PartitionState) -> Result<(), PartitionError> {
+        if st.removed {
+            return Err(self.removed_error());
+        }
         if st.role == Role::Leader {
             return Err(self.not_leader());
         }

@@ -141,7 +141,11 @@ impl ReplicaManager {
         let key = (topic.to_string(), partition);
         tracing::error!(%topic, partition, error = %error,
             "partition log failed: replica offline until restart (KAFKA_STORAGE_ERROR)");
-        self.partitions.write().remove(&key);
+        let removed = self.partitions.write().remove(&key);
+        if let Some(p) = removed {
+            // Appends and waiting operations on it stop at once.
+            p.mark_removed();
+        }
         self.offline.write().insert(key.clone(), topic_id);
         if let Some(r) = self.replication.get() {
             r.fetchers.remove_partitions(std::slice::from_ref(&key));
@@ -232,6 +236,7 @@ impl ReplicaManager {
             }
             offline.retain(|(t, _), id| !reused.iter().any(|(n, rid)| n == t && rid != id));
         }
+        self.stop_partitions(&stale);
         if let Some(r) = self.replication.get() {
             let keys: Vec<TopicPartition> =
                 stale.iter().map(|p| (p.topic.clone(), p.index)).collect();
@@ -318,6 +323,14 @@ impl ReplicaManager {
                 now_ms,
             );
             self.update_fetcher(image, &part, reg.leader, reg.leader_epoch);
+        }
+    }
+
+    /// Kafka's `stopPartitions` (the data-path half; the caller has taken them out of the map):
+    /// each refuses from now on and its waiting produces, fetches and deletes answer now.
+    fn stop_partitions(&self, stopped: &[Arc<Partition>]) {
+        for p in stopped {
+            p.mark_removed();
         }
     }
 

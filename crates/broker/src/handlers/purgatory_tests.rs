@@ -365,3 +365,56 @@ async fn waiting_fetch_answers_on_a_leadership_change() {
     );
     assert_eq!(start.elapsed(), Duration::from_millis(100));
 }
+
+/// Kafka's `stopPartitions`: the operations waiting on a partition that is no longer hosted
+/// answer at once, UNKNOWN_TOPIC_OR_PARTITION, not at their timeouts.
+#[tokio::test(start_paused = true)]
+async fn waiting_operations_answer_when_their_partition_is_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, p) = broker(&dir).await;
+    add_follower(&p);
+    let b = server.broker();
+    let spawn_produce = |b: Arc<crate::server::Broker>| {
+        tokio::spawn(async move { produce::handle(&b, produce_request(30_000), 9).await })
+    };
+    // The first record is replicated (HW 1); the follower's log start stays 0.
+    let first = spawn_produce(b.clone());
+    settle().await;
+    assert!(p.update_follower_fetch_state(2, 1, 0, crate::now_ms(), 1));
+    settle().await;
+    assert_eq!(produce_error(&first.await.unwrap()), 0);
+    let start = Instant::now();
+    // A consumer waits for data past the HW; DeleteRecords for the follower's log start; an
+    // acks=all produce for the follower.
+    let fetch = {
+        let (b, mut req) = (b.clone(), request(30_000));
+        req.topics[0].partitions[0].fetch_offset = 1;
+        tokio::spawn(async move { fetch::handle(&b, req, 12).await })
+    };
+    let delete = {
+        let b = b.clone();
+        tokio::spawn(async move { delete_records::handle(&b, delete_request(1, 30_000)).await })
+    };
+    settle().await;
+    let produce = spawn_produce(b.clone());
+    settle().await;
+    tokio::time::advance(Duration::from_millis(100)).await;
+    settle().await;
+    assert!(!fetch.is_finished() && !delete.is_finished() && !produce.is_finished());
+    let deleted = b
+        .controller
+        .delete_topics(&[(Some("t".to_string()), None)])
+        .await;
+    assert!(deleted[0].is_ok(), "{deleted:?}");
+    settle().await;
+    assert!(b.replica_manager.get("t", 0).is_none());
+    assert!(fetch.is_finished() && delete.is_finished() && produce.is_finished());
+    let unknown = ErrorCode::UnknownTopicOrPartition.code();
+    let resp = produce.await.unwrap();
+    let pr = &resp.responses[0].partition_responses[0];
+    assert_eq!((pr.base_offset, pr.error_code), (1, unknown));
+    let resp = fetch.await.unwrap();
+    assert_eq!(resp.responses[0].partitions[0].error_code, unknown);
+    assert_eq!(delete_result(&delete.await.unwrap()).0, unknown);
+    assert_eq!(start.elapsed(), Duration::from_millis(100));
+}

@@ -93,6 +93,9 @@ impl Partition {
         current_leader_epoch: Option<i32>,
         fetch_only_leader: bool,
     ) -> Result<(), PartitionError> {
+        if st.removed {
+            return Err(self.removed_error());
+        }
         Self::check_leader_epoch(st, current_leader_epoch)?;
         if fetch_only_leader && st.role != Role::Leader {
             return Err(self.not_leader());

@@ -46,6 +46,11 @@ impl DelayedOperation for DelayedDeleteRecords {
                 s.pending = false;
                 continue;
             };
+            if p.is_removed() {
+                s.pending = false;
+                s.result.error = Some(ErrorCode::UnknownTopicOrPartition);
+                continue;
+            }
             if !p.is_leader() {
                 s.pending = false;
                 s.result.error = Some(ErrorCode::NotLeaderOrFollower);
