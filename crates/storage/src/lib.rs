@@ -17,10 +17,12 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod file_cache;
 pub mod index;
 pub mod leader_epoch;
 mod log;
 pub mod producer_state;
+mod reader;
 pub mod segment;
 
 use std::path::PathBuf;
@@ -29,12 +31,18 @@ use strom_protocol::ErrorCode;
 use thiserror::Error;
 
 pub use config::{LogConfig, TimestampType};
+pub use file_cache::FileCache;
 pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
 pub use log::UnifiedLog;
+pub use reader::LogReader;
 pub use segment::LogSegment;
 
 /// Present in a log directory when the broker shut down cleanly (Kafka's marker name).
 pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
+
+/// Appended to a segment's file names when it leaves the log; removed after
+/// `file.delete.delay.ms` (Kafka's `LogFileUtils.DELETED_FILE_SUFFIX`).
+pub const DELETED_FILE_SUFFIX: &str = ".deleted";
 
 #[derive(Debug, Error)]
 pub enum StorageError {

@@ -1,6 +1,6 @@
 use super::*;
 use crate::segment::{log_file_name, offset_index_file_name, time_index_file_name};
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use strom_protocol::batch::{BatchIter, CRC_OFFSET, MAGIC_OFFSET};
 use strom_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType as RecordTs,
