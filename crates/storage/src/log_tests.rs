@@ -11,6 +11,12 @@ const T0: i64 = 1_700_000_000_000;
 #[path = "log_recovery_tests.rs"]
 mod recovery;
 
+#[path = "log_reader_tests.rs"]
+mod reader;
+
+#[path = "log_delete_tests.rs"]
+mod delete;
+
 fn batch_with(timestamps: &[i64], value_len: usize) -> Vec<u8> {
     encode(timestamps, value_len, Compression::None)
 }
