@@ -12,6 +12,7 @@ pub mod config;
 pub mod connection;
 pub mod controller_channel;
 pub mod handlers;
+pub mod log_chores;
 pub mod partition;
 pub mod producer_ids;
 pub mod replica_manager;

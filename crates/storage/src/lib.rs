@@ -10,6 +10,18 @@
 //!   [`OffsetIndex`] (`.index`) and [`TimeIndex`] (`.timeindex`).
 //! - [`checkpoint::OffsetCheckpointFile`]: Kafka's `*-checkpoint` files, which the broker uses
 //!   to remember recovery points and log start offsets across restarts.
+//! - [`LogReader`] ([`UnifiedLog::reader`]): reads without the log's append lock, from a
+//!   snapshot of the segments and offsets the writer publishes only after the bytes are written.
+//! - [`FileCache`]: the bounded set of open segment files all logs share. Segments open their
+//!   files on use and the least recently used are closed over the cap, so thousands of
+//!   partitions do not need three descriptors each. The broker sets the cap with the Strom
+//!   property `strom.log.max.open.files` (Kafka has no such key: it keeps every file open);
+//!   the default is half the process's soft `RLIMIT_NOFILE` when the cache is first used.
+//!
+//! Segments that leave a log (retention, DeleteRecords, truncation) are renamed with Kafka's
+//! `.deleted` suffix and removed `file.delete.delay.ms` later ([`UnifiedLog::delete_due_files`]);
+//! `flush.ms` is honoured by [`UnifiedLog::flush_if_due`]. The broker's chores call both every
+//! `log.flush.scheduler.interval.ms`.
 //!
 //! It does not own the set of partitions (the broker's log manager does), the high watermark,
 //! replication, producer state or transactions. Batches are never decoded on the append or read
@@ -33,7 +45,7 @@ use thiserror::Error;
 pub use config::{LogConfig, TimestampType};
 pub use file_cache::FileCache;
 pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
-pub use log::UnifiedLog;
+pub use log::{remove_deleted_files, UnifiedLog};
 pub use reader::LogReader;
 pub use segment::LogSegment;
 

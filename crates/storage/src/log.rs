@@ -513,9 +513,13 @@ impl UnifiedLog {
             if active_base == base {
                 return Ok(());
             }
+            // Empty, so readers holding it read nothing from it; published with the new one.
             let old = self.segments.remove(&active_base).expect("active");
-            self.publish_segments();
-            self.remove_segment(old, now_ms)?;
+            if let Err(e) = self.remove_segment(old, now_ms) {
+                // `read` serves from the snapshot, so it must not keep listing the removed one.
+                self.publish_segments();
+                return Err(e);
+            }
         } else {
             self.active_mut().on_become_inactive()?;
         }
@@ -557,7 +561,8 @@ impl UnifiedLog {
         max_offset: i64,
         min_one_message: bool,
     ) -> Result<FetchDataInfo, StorageError> {
-        let segments: Vec<_> = self.segments.values().map(|s| s.data().clone()).collect();
+        // The published snapshot is current: only `&mut self` changes it.
+        let segments = self.shared.snapshot();
         crate::reader::read_segments(
             &segments,
             self.log_start_offset,
@@ -915,6 +920,7 @@ impl UnifiedLog {
 
 #[path = "log_retention.rs"]
 mod retention;
+pub use retention::remove_deleted_files;
 
 #[cfg(test)]
 #[path = "log_tests.rs"]

@@ -121,3 +121,30 @@ fn flush_ms_flushes_when_due() {
     assert!(!log.flush_if_due(i64::MAX).unwrap());
     assert_eq!(log.recovery_point(), 0);
 }
+
+#[test]
+fn due_files_can_be_taken_and_removed_outside_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = batch(2);
+    let config = LogConfig {
+        segment_bytes: b.len() as u64,
+        retention_bytes: b.len() as i64,
+        retention_ms: -1,
+        file_delete_delay_ms: 1_000,
+        ..LogConfig::default()
+    };
+    let mut log = open(dir.path(), config);
+    for _ in 0..2 {
+        append(&mut log, &b);
+    }
+    assert_eq!(log.delete_old_segments(T0).unwrap(), 1);
+    assert!(log.take_due_files(T0 + 999).is_empty());
+    let due = log.take_due_files(T0 + 1_000);
+    assert_eq!(due.len(), 3);
+    assert!(log.pending_deleted_files().is_empty());
+    assert!(due.iter().all(|p| p.exists()));
+    crate::remove_deleted_files(&due).unwrap();
+    assert!(names(dir.path()).iter().all(|n| !n.ends_with(".deleted")));
+    // Removing again (already gone) is not an error.
+    crate::remove_deleted_files(&due).unwrap();
+}

@@ -186,6 +186,23 @@ impl UnifiedLog {
         Ok(removed)
     }
 
+    /// Takes the `.deleted` files whose `file.delete.delay.ms` has passed by `now_ms` off the
+    /// queue without removing them, so the caller can remove them ([`remove_deleted_files`])
+    /// after releasing its lock on the log. Files whose removal then fails stay on disk and go
+    /// when the log is next opened.
+    pub fn take_due_files(&mut self, now_ms: i64) -> Vec<PathBuf> {
+        let mut due = Vec::new();
+        self.pending_deletes.retain_mut(|(at, paths)| {
+            if *at <= now_ms {
+                due.append(paths);
+                false
+            } else {
+                true
+            }
+        });
+        due
+    }
+
     /// Files renamed `.deleted` and not yet removed.
     pub fn pending_deleted_files(&self) -> Vec<PathBuf> {
         self.pending_deletes
@@ -209,6 +226,11 @@ impl UnifiedLog {
     pub fn last_flush_ms(&self) -> i64 {
         self.last_flush_ms
     }
+}
+
+/// Removes segment files taken with [`UnifiedLog::take_due_files`]; already gone is fine.
+pub fn remove_deleted_files(paths: &[PathBuf]) -> Result<(), StorageError> {
+    remove_files(paths)
 }
 
 fn remove_files(paths: &[PathBuf]) -> Result<(), StorageError> {

@@ -50,6 +50,10 @@ impl Shared {
         })
     }
 
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        self.segments.read().clone()
+    }
+
     pub(crate) fn publish_segments(&self, segments: Snapshot) {
         *self.segments.write() = segments;
     }
@@ -125,7 +129,7 @@ impl LogReader {
                 std::thread::yield_now();
                 continue;
             }
-            let segments = self.shared.segments.read().clone();
+            let segments = self.shared.snapshot();
             // End before start: an end offset read first is never below the start read after.
             let log_end = self.log_end_offset();
             let log_start = self.log_start_offset();
