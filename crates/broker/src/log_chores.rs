@@ -124,3 +124,43 @@ mod tests {
         assert!(chore_period(i64::MAX as u64) <= std::time::Duration::from_secs(366 * 86_400));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn cfg(props: &[(&str, &str)]) -> BrokerConfig {
+        BrokerConfig::new(
+            1,
+            "127.0.0.1:9092".parse().unwrap(),
+            None,
+            "/tmp/x".into(),
+            props
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn flush_ms_and_file_delete_delay_reach_the_log_config() {
+        let defaults = cfg(&[]).log_config(&BTreeMap::new());
+        assert_eq!(defaults.flush_ms, i64::MAX);
+        assert_eq!(defaults.file_delete_delay_ms, 60_000);
+        let c = cfg(&[
+            ("log.flush.interval.ms", "250"),
+            ("log.segment.delete.delay.ms", "5"),
+        ]);
+        let lc = c.log_config(&BTreeMap::new());
+        assert_eq!((lc.flush_ms, lc.file_delete_delay_ms), (250, 5));
+        let topic = BTreeMap::from([
+            ("flush.ms".to_string(), "7".to_string()),
+            ("file.delete.delay.ms".to_string(), "0".to_string()),
+        ]);
+        let lc = c.log_config(&topic);
+        assert_eq!((lc.flush_ms, lc.file_delete_delay_ms), (7, 0));
+    }
+}

@@ -872,8 +872,18 @@ impl UnifiedLog {
     }
 
     /// Removes the partition directory (DeleteTopics).
+    /// Readers still holding the log get errors from now on, and its descriptors are closed
+    /// now rather than when the last reader goes (they would keep the unlinked files' space).
     pub fn delete(self) -> Result<(), StorageError> {
         let dir = self.dir.clone();
+        {
+            let _truncating = self.shared.begin_truncation();
+            self.shared.publish_segments(Arc::new(Vec::new()));
+            for seg in self.segments.values() {
+                seg.mark_removed();
+                seg.close_handles();
+            }
+        }
         drop(self);
         std::fs::remove_dir_all(&dir)?;
         if let Some(parent) = dir.parent() {

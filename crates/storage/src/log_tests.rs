@@ -607,8 +607,11 @@ fn delete_removes_the_directory() {
     let pdir = dir.path().join("t-0");
     let mut log = open(&pdir, LogConfig::default());
     append(&mut log, &batch(1));
+    let reader = log.reader();
     log.delete().unwrap();
     assert!(!pdir.exists());
+    // A reader that outlived the log serves nothing (and does not panic).
+    assert!(reader.read(0, 100, i64::MAX, true).unwrap().records.is_empty());
 }
 
 #[test]
