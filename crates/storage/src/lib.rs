@@ -39,6 +39,7 @@ pub mod segment;
 
 use std::path::PathBuf;
 
+use strom_protocol::kafka::messages::ApiKey;
 use strom_protocol::ErrorCode;
 use thiserror::Error;
 
@@ -99,6 +100,38 @@ impl StorageError {
             Self::UnexpectedAppendOffset { .. } => ErrorCode::UnknownServerError,
             Self::OutOfOrderSequence(_) => ErrorCode::OutOfOrderSequenceNumber,
             Self::InvalidProducerEpoch(_) => ErrorCode::InvalidProducerEpoch,
+        }
+    }
+}
+
+impl StorageError {
+    /// The code for this error in a response to `api` at `version`, where Kafka answers
+    /// differently from [`Self::error_code`]:
+    /// - Fetch v5 and older: clients of that age do not know KAFKA_STORAGE_ERROR and would fail
+    ///   for good, so Kafka answers NOT_LEADER_OR_FOLLOWER, which makes them refresh metadata and
+    ///   move to the new leader.
+    /// - Requests a group or transaction coordinator answers after appending to its internal
+    ///   topic: a failed log is NOT_COORDINATOR (the client finds the coordinator again) and an
+    ///   append too large is UNKNOWN_SERVER_ERROR (the client's request was not too large).
+    pub fn error_code_for(&self, api: ApiKey, version: i16) -> ErrorCode {
+        let code = self.error_code();
+        match api {
+            ApiKey::Fetch if version <= 5 && code == ErrorCode::KafkaStorageError => {
+                ErrorCode::NotLeaderOrFollower
+            }
+            ApiKey::OffsetCommit
+            | ApiKey::TxnOffsetCommit
+            | ApiKey::JoinGroup
+            | ApiKey::SyncGroup
+            | ApiKey::InitProducerId
+            | ApiKey::AddPartitionsToTxn
+            | ApiKey::AddOffsetsToTxn
+            | ApiKey::EndTxn => match code {
+                ErrorCode::KafkaStorageError => ErrorCode::NotCoordinator,
+                ErrorCode::MessageTooLarge => ErrorCode::UnknownServerError,
+                other => other,
+            },
+            _ => code,
         }
     }
 }
@@ -187,6 +220,55 @@ mod tests {
         assert_eq!(
             parse_partition_dir_name("orders-0.5f1c2d3e4b5a69788796a5b4c3d2e1f0-future"),
             None
+        );
+    }
+
+    #[test]
+    fn error_codes_per_api() {
+        let io = || StorageError::Io(std::io::Error::other("disk gone"));
+        assert_eq!(io().error_code(), ErrorCode::KafkaStorageError);
+        assert_eq!(
+            io().error_code_for(ApiKey::Fetch, 5),
+            ErrorCode::NotLeaderOrFollower
+        );
+        assert_eq!(
+            io().error_code_for(ApiKey::Fetch, 6),
+            ErrorCode::KafkaStorageError
+        );
+        for v in [3, 11] {
+            assert_eq!(
+                io().error_code_for(ApiKey::Produce, v),
+                ErrorCode::KafkaStorageError
+            );
+        }
+        assert_eq!(
+            io().error_code_for(ApiKey::ListOffsets, 1),
+            ErrorCode::KafkaStorageError
+        );
+        assert_eq!(
+            io().error_code_for(ApiKey::DeleteRecords, 0),
+            ErrorCode::KafkaStorageError
+        );
+        let out_of_range = StorageError::OffsetOutOfRange {
+            requested: 9,
+            log_start: 0,
+            log_end: 1,
+        };
+        assert_eq!(
+            out_of_range.error_code_for(ApiKey::Fetch, 4),
+            ErrorCode::OffsetOutOfRange
+        );
+        assert_eq!(
+            io().error_code_for(ApiKey::OffsetCommit, 8),
+            ErrorCode::NotCoordinator
+        );
+        assert_eq!(
+            StorageError::RecordTooLarge { size: 2, max: 1 }.error_code_for(ApiKey::EndTxn, 4),
+            ErrorCode::UnknownServerError
+        );
+        assert_eq!(
+            StorageError::RecordTooLarge { size: 2, max: 1 }.error_code_for(ApiKey::Produce, 9),
+            ErrorCode::MessageTooLarge
         );
     }
 

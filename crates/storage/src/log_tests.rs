@@ -611,7 +611,11 @@ fn delete_removes_the_directory() {
     log.delete().unwrap();
     assert!(!pdir.exists());
     // A reader that outlived the log serves nothing (and does not panic).
-    assert!(reader.read(0, 100, i64::MAX, true).unwrap().records.is_empty());
+    assert!(reader
+        .read(0, 100, i64::MAX, true)
+        .unwrap()
+        .records
+        .is_empty());
 }
 
 #[test]

@@ -167,7 +167,10 @@ fn read_all(
                 Err(e) => {
                     errors = true;
                     data.log_start_offset = partition.log_start_offset();
-                    data.error_code = e.error_code().code();
+                    // Per version: Fetch v5 and older get NOT_LEADER_OR_FOLLOWER for a storage error.
+                    data.error_code = e
+                        .error_code_for(strom_protocol::kafka::messages::ApiKey::Fetch, version)
+                        .code();
                     if !matches!(e, StorageError::OffsetOutOfRange { .. }) {
                         tracing::warn!(topic = %name, partition = fp.partition, error = %e, "fetch read failed");
                     }
