@@ -60,6 +60,7 @@ const KNOWN_BROKER_KEYS: &[&str] = &[
     "replica.fetch.backoff.ms",
     "replica.socket.timeout.ms",
     "producer.id.expiration.check.interval.ms",
+    crate::log_chores::MAX_OPEN_FILES_KEY,
 ];
 
 #[derive(Debug, Clone)]
@@ -312,6 +313,14 @@ impl BrokerConfig {
                         .and_then(|h| h.parse::<i64>().ok())
                         .map(|h| ((h * 3_600_000).to_string(), "log.roll.hours"))
                 }),
+            // Kafka: `log.flush.interval.ms` unset falls back to the flusher's own interval.
+            "flush.ms" => p
+                .get("log.flush.interval.ms")
+                .map(|v| (v.clone(), "log.flush.interval.ms"))
+                .or_else(|| {
+                    p.get("log.flush.scheduler.interval.ms")
+                        .map(|v| (v.clone(), "log.flush.scheduler.interval.ms"))
+                }),
             _ => None,
         };
         derived.or_else(|| p.get(def.broker_key).map(|v| (v.clone(), def.broker_key)))
@@ -353,6 +362,8 @@ impl BrokerConfig {
                 "segment.index.bytes" => c.segment_index_bytes = int() as u32,
                 "max.message.bytes" => c.max_message_bytes = int() as u32,
                 "flush.messages" => c.flush_interval_messages = int(),
+                "flush.ms" => c.flush_ms = int(),
+                "file.delete.delay.ms" => c.file_delete_delay_ms = int(),
                 "message.timestamp.type" => {
                     c.message_timestamp_type = if v == "LogAppendTime" {
                         TimestampType::LogAppendTime

@@ -15,6 +15,7 @@ pub mod connection;
 pub mod controller_channel;
 pub mod directory_assignments;
 pub mod handlers;
+pub mod log_chores;
 pub mod log_manager;
 pub mod metadata_loader;
 pub mod partition;

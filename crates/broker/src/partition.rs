@@ -173,6 +173,9 @@ pub struct Partition {
     alter_partition_sender: Mutex<Option<Arc<dyn AlterPartitionSender>>>,
     delayed: Arc<DelayedOperations>,
     published: Published,
+    /// Reads the log without its mutex (segments are append-only; the reader is bounded by
+    /// what the writer has published), so a fetch never waits for an append or blocks one.
+    reader: strom_storage::LogReader,
 }
 
 impl Partition {
@@ -187,6 +190,7 @@ impl Partition {
         log: UnifiedLog,
         hw: i64,
     ) -> Self {
+        let reader = log.reader();
         let mut local = LocalLog {
             log,
             high_watermark: hw,
@@ -196,6 +200,7 @@ impl Partition {
         published.publish(&local);
         Self {
             published,
+            reader,
             key: (topic.clone(), index),
             topic,
             topic_id,

@@ -148,6 +148,7 @@ impl Server {
                 QuorumController::start_quorum(quorum, defaults).await?
             }
         });
+        crate::log_chores::configure_file_cache(&config);
         let replica_manager = Arc::new(ReplicaManager::new(config.clone())?);
         let metadata = Arc::new(RwLock::new(controller.image()));
         let channel = Arc::new(ControllerChannel::new(
@@ -438,6 +439,14 @@ async fn background_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>)
     let mut expiration = tokio::time::interval(Duration::from_millis(
         cfg.producer_id_expiration_check_interval_ms.max(1),
     ));
+    // `flush.ms` is checked every `log.flush.scheduler.interval.ms` (Kafka's log flusher);
+    // `.deleted` segment files are removed within a second of `file.delete.delay.ms`.
+    let mut flush = tokio::time::interval(crate::log_chores::chore_period(
+        cfg.flush_scheduler_interval_ms,
+    ));
+    let mut delete_files = tokio::time::interval(crate::log_chores::DELETE_CHECK_PERIOD);
+    flush.tick().await;
+    delete_files.tick().await;
     retention.tick().await;
     checkpoint.tick().await;
     expiration.tick().await;
@@ -447,6 +456,14 @@ async fn background_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>)
             _ = retention.tick() => {
                 let rm = broker.replica_manager.clone();
                 let _ = tokio::task::spawn_blocking(move || rm.delete_old_segments(crate::now_ms())).await;
+            }
+            _ = flush.tick() => {
+                let rm = broker.replica_manager.clone();
+                let _ = tokio::task::spawn_blocking(move || rm.flush_dirty_logs(crate::now_ms())).await;
+            }
+            _ = delete_files.tick() => {
+                let rm = broker.replica_manager.clone();
+                let _ = tokio::task::spawn_blocking(move || rm.delete_due_segment_files(crate::now_ms())).await;
             }
             _ = isr_shrink.tick() => broker.replica_manager.maybe_shrink_isr(crate::now_ms()),
             _ = expiration.tick() => {

@@ -282,7 +282,6 @@ fn start_with_fd_limit(limit: u32) -> Limited {
 }
 
 #[test]
-#[ignore = "needs bounded segment handles from the storage branch"]
 fn four_hundred_partitions_work_under_a_600_descriptor_limit() {
     const PARTITIONS: i32 = 400;
     let b = start_with_fd_limit(600);

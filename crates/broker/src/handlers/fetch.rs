@@ -8,6 +8,8 @@ use std::time::Duration;
 use strom_protocol::kafka::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use strom_protocol::kafka::messages::{FetchRequest, FetchResponse, TopicName};
 
+use strom_protocol::ErrorCode;
+
 use super::str_bytes;
 use crate::partition::{FetchIsolation, PartitionFetch};
 use crate::replica_manager::fetch::{FetchParams, FetchPartitionRequest};
@@ -90,7 +92,15 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
                     let r = results.next().expect("one result per partition");
                     let mut data = PartitionData::default()
                         .with_partition_index(fp.partition)
-                        .with_error_code(r.error.map_or(0, |e| e.code()))
+                        .with_error_code(r.error.map_or(0, |e| {
+                            // Fetch v5 and older do not know KAFKA_STORAGE_ERROR (Kafka's
+                            // FetchResponse maps it to NOT_LEADER_OR_FOLLOWER there).
+                            if e == ErrorCode::KafkaStorageError && version <= 5 {
+                                ErrorCode::NotLeaderOrFollower.code()
+                            } else {
+                                e.code()
+                            }
+                        }))
                         .with_high_watermark(r.high_watermark)
                         .with_last_stable_offset(r.last_stable_offset)
                         .with_log_start_offset(r.log_start_offset)

@@ -406,6 +406,15 @@ async fn waiting_operations_answer_when_their_partition_is_deleted() {
         .delete_topics(&[(Some("t".to_string()), None)])
         .await;
     assert!(deleted[0].is_ok(), "{deleted:?}");
+    // The metadata loader applies the deletion on its own thread. Wait for it blocking this
+    // (paused-clock) runtime, so that tokio cannot auto-advance time to the 30 s timeouts
+    // meanwhile, as an `.await` on the loader would let it.
+    for _ in 0..5000 {
+        if b.replica_manager.get("t", 0).is_none() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     settle().await;
     assert!(b.replica_manager.get("t", 0).is_none());
     assert!(fetch.is_finished() && delete.is_finished() && produce.is_finished());

@@ -54,6 +54,15 @@ pub struct LogReadInfo {
     pub log_end_offset: i64,
 }
 
+/// What the locked part of a fetch decided: an answer without data, or a read to do.
+enum LocalRead {
+    Done(LogReadInfo),
+    Read {
+        at: LogOffsetSnapshot,
+        max_offset: i64,
+    },
+}
+
 /// A partition's offsets at one point (the offsets of a [`LogReadInfo`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogOffsetSnapshot {
@@ -71,6 +80,18 @@ impl LogOffsetSnapshot {
             last_stable_offset: log.high_watermark,
             log_start_offset: log.log.log_start_offset(),
             log_end_offset: log.log.log_end_offset(),
+        }
+    }
+
+    /// A fetch answer with these offsets.
+    fn read_info(&self, records: Bytes, diverging_epoch: Option<EpochEndOffset>) -> LogReadInfo {
+        LogReadInfo {
+            records,
+            diverging_epoch,
+            high_watermark: self.high_watermark,
+            last_stable_offset: self.last_stable_offset,
+            log_start_offset: self.log_start_offset,
+            log_end_offset: self.log_end_offset,
         }
     }
 
@@ -132,8 +153,25 @@ impl Partition {
                     });
                 }
             }
-            let log = self.lock_log(&st);
-            self.read_from_local_log(&st, &log, isolation, fetch, max_bytes, min_one_message)?
+            // Offsets and the divergence check under the log mutex; the read itself after it
+            // is released (still under the state's read side, so leadership cannot change
+            // during it, as Kafka reads under `leaderIsrUpdateLock`).
+            let planned = {
+                let log = self.lock_log(&st);
+                self.plan_local_read(&st, &log, isolation, fetch)?
+            };
+            match planned {
+                LocalRead::Done(info) => info,
+                LocalRead::Read { at, max_offset } => {
+                    let data = self.read_records(
+                        fetch.fetch_offset,
+                        max_bytes,
+                        max_offset,
+                        min_one_message,
+                    )?;
+                    at.read_info(data.records, None)
+                }
+            }
         };
         if let Some(r) = replica_id {
             if info.diverging_epoch.is_none() {
@@ -149,25 +187,17 @@ impl Partition {
         Ok(info)
     }
 
-    /// Kafka's `readRecords`, with the state read-locked and the log locked.
-    fn read_from_local_log(
+    /// Kafka's `readRecords` up to the read, with the state read-locked and the log locked: the
+    /// offsets snapshot and the KIP-320 divergence check. The read follows without the log
+    /// mutex ([`Self::read_records`]).
+    fn plan_local_read(
         &self,
         st: &PartitionState,
         log: &LocalLog,
         isolation: FetchIsolation,
         fetch: &PartitionFetch,
-        max_bytes: usize,
-        min_one_message: bool,
-    ) -> Result<LogReadInfo, PartitionError> {
+    ) -> Result<LocalRead, PartitionError> {
         let at = LogOffsetSnapshot::of(log);
-        let info = |records: Bytes, diverging_epoch| LogReadInfo {
-            records,
-            diverging_epoch,
-            high_watermark: at.high_watermark,
-            last_stable_offset: at.last_stable_offset,
-            log_start_offset: at.log_start_offset,
-            log_end_offset: at.log_end_offset,
-        };
         if let Some(last_fetched) = fetch.last_fetched_epoch {
             // KIP-320: the fetcher's last epoch must end at or after its fetch offset here,
             // else it holds a divergent tail; tell it where that epoch ends instead of data.
@@ -184,36 +214,31 @@ impl Partition {
                 )));
             }
             if epoch < last_fetched || end < fetch.fetch_offset {
-                return Ok(info(
+                return Ok(LocalRead::Done(at.read_info(
                     Bytes::new(),
                     Some(EpochEndOffset {
                         epoch,
                         end_offset: end,
                     }),
-                ));
+                )));
             }
         }
-        let data = Self::read_records(
-            log,
-            fetch.fetch_offset,
-            max_bytes,
-            at.fetchable_end(isolation),
-            min_one_message,
-        )?;
-        Ok(info(data.records, None))
+        Ok(LocalRead::Read {
+            at,
+            max_offset: at.fetchable_end(isolation),
+        })
     }
 
     /// The one place the log is read for a fetch: whole batches from `fetch_offset`, none with a
-    /// base offset at or past `max_offset`. Today under the log mutex; a lock-free log reader
-    /// bounded by the same snapshot replaces this body.
+    /// base offset at or past `max_offset`, through the lock-free [`strom_storage::LogReader`].
     fn read_records(
-        log: &LocalLog,
+        &self,
         fetch_offset: i64,
         max_bytes: usize,
         max_offset: i64,
         min_one_message: bool,
     ) -> Result<FetchDataInfo, StorageError> {
-        log.log
+        self.reader
             .read(fetch_offset, max_bytes, max_offset, min_one_message)
     }
 
