@@ -12,15 +12,18 @@ pub mod config;
 pub mod connection;
 pub mod controller_channel;
 pub mod handlers;
+pub mod listeners;
 pub mod partition;
 pub mod producer_ids;
 pub mod replica_manager;
 pub mod replication;
+pub mod request_context;
 pub mod server;
 
 use base64::Engine;
 use uuid::Uuid;
 
+pub use request_context::RequestContext;
 pub use server::{Broker, Server};
 
 /// Kafka prints topic and cluster ids as URL-safe base64 without padding.
