@@ -130,10 +130,7 @@ pub fn parse_quorum_voters(s: &str) -> Result<BTreeMap<i32, SocketAddr>, ConfigE
             .trim()
             .parse()
             .map_err(|_| bad("node id is not a number"))?;
-        let addr = std::net::ToSocketAddrs::to_socket_addrs(addr.trim())
-            .map_err(|_| bad("cannot resolve HOST:PORT"))?
-            .next()
-            .ok_or_else(|| bad("cannot resolve HOST:PORT"))?;
+        let addr = first_address(addr.trim()).ok_or_else(|| bad("cannot resolve HOST:PORT"))?;
         if out.insert(id, addr).is_some() {
             return Err(bad("a node id appears twice"));
         }
@@ -502,15 +499,19 @@ fn controller_quorum(
     Ok(Some(voters))
 }
 
+/// The address `HOST:PORT` resolves to, IPv4 first: `localhost` often resolves to `::1` first,
+/// while a listener with an empty host binds `0.0.0.0`.
+pub fn first_address(addr: &str) -> Option<SocketAddr> {
+    let all: Vec<SocketAddr> = addr.to_socket_addrs().ok()?.collect();
+    all.iter().find(|a| a.is_ipv4()).or(all.first()).copied()
+}
+
 fn resolve_addr(key: &str, addr: &str) -> Result<SocketAddr, ConfigError> {
-    addr.to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| ConfigError::InvalidValue {
-            key: key.into(),
-            value: addr.into(),
-            why: "cannot resolve HOST:PORT".into(),
-        })
+    first_address(addr).ok_or_else(|| ConfigError::InvalidValue {
+        key: key.into(),
+        value: addr.into(),
+        why: "cannot resolve HOST:PORT".into(),
+    })
 }
 
 /// The host advertised for a listener bound to every interface (empty host), as Kafka uses
@@ -576,5 +577,69 @@ mod tests {
         assert!(cfg(&[("num.partitions", "0")]).is_err());
         assert!(cfg(&[("log.segment.bytes", "-5")]).is_err());
         assert!(cfg(&[("auto.create.topics.enable", "maybe")]).is_err());
+    }
+
+    fn from(props: &[(&str, &str)]) -> Result<BrokerConfig, ConfigError> {
+        BrokerConfig::from_props(
+            "/tmp/x".into(),
+            props
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    const COMBINED: &[(&str, &str)] = &[
+        ("process.roles", "broker,controller"),
+        ("node.id", "4"),
+        (
+            "listeners",
+            "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:19093",
+        ),
+        ("controller.listener.names", "CONTROLLER"),
+    ];
+
+    #[test]
+    fn kafka_combined_mode_node() {
+        let mut p = COMBINED.to_vec();
+        p.push(("controller.quorum.voters", "4@127.0.0.1:19093"));
+        let c = from(&p).unwrap();
+        assert_eq!(c.node_id, 4);
+        assert_eq!(
+            c.controller_listen,
+            Some("127.0.0.1:19093".parse().unwrap())
+        );
+        assert_eq!(c.controller_quorum.as_ref().unwrap().len(), 1);
+        // The sample file's standalone bootstrap server is this node as the one voter.
+        let mut p = COMBINED.to_vec();
+        p.push(("controller.quorum.bootstrap.servers", "localhost:19093"));
+        let c = from(&p).unwrap();
+        assert_eq!(
+            c.controller_quorum.unwrap().get(&4),
+            Some(&"127.0.0.1:19093".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn unsupported_roles_and_quorums_are_refused() {
+        for roles in ["broker", "controller"] {
+            let mut p = COMBINED.to_vec();
+            p.retain(|(k, _)| *k != "process.roles");
+            p.push(("process.roles", roles));
+            p.push(("controller.quorum.voters", "4@127.0.0.1:19093"));
+            let e = from(&p).unwrap_err();
+            assert!(matches!(e, ConfigError::Unsupported(_)), "{roles}: {e}");
+        }
+        let mut p = COMBINED.to_vec();
+        p.push((
+            "controller.quorum.bootstrap.servers",
+            "localhost:19093,localhost:19094",
+        ));
+        assert!(matches!(from(&p), Err(ConfigError::Unsupported(_))));
+        // A voter set without this node, and a controller listener without a quorum.
+        let mut p = COMBINED.to_vec();
+        p.push(("controller.quorum.voters", "1@127.0.0.1:19093"));
+        assert!(from(&p).is_err());
+        assert!(from(COMBINED).is_err());
     }
 }
