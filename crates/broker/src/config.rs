@@ -70,6 +70,10 @@ const KNOWN_BROKER_KEYS: &[&str] = &[
     "process.roles",
     "controller.quorum.voters",
     "controller.quorum.bootstrap.servers",
+    "connections.max.idle.ms",
+    "max.connections",
+    "max.connections.per.ip",
+    "max.connections.per.ip.overrides",
 ];
 
 #[derive(Debug, Clone)]
@@ -112,6 +116,14 @@ pub struct BrokerConfig {
     /// to preferred replicas.
     pub auto_leader_rebalance_enable: bool,
     pub leader_imbalance_check_interval_seconds: u64,
+    /// `connections.max.idle.ms`: a connection with no request for this long is closed.
+    pub connections_max_idle_ms: u64,
+    /// `max.connections`: accepting on the broker listeners waits while this many are open.
+    pub max_connections: usize,
+    /// `max.connections.per.ip`, with `max.connections.per.ip.overrides` (`host:count,...`):
+    /// a connection over its address's limit is closed at once.
+    pub max_connections_per_ip: usize,
+    pub max_connections_per_ip_overrides: BTreeMap<std::net::IpAddr, usize>,
 }
 
 /// Parses `1@host:port,2@host:port,...` (Kafka's `controller.quorum.voters`).
@@ -294,6 +306,11 @@ impl BrokerConfig {
                 "leader.imbalance.check.interval.seconds",
                 300,
             )?,
+            connections_max_idle_ms: parse(&props, "connections.max.idle.ms", 600_000)?,
+            max_connections: parse::<i32>(&props, "max.connections", i32::MAX)?.max(0) as usize,
+            max_connections_per_ip: parse::<i32>(&props, "max.connections.per.ip", i32::MAX)?.max(0)
+                as usize,
+            max_connections_per_ip_overrides: per_ip_overrides(&props)?,
             props,
         };
         if cfg.num_partitions < 1 {
@@ -497,6 +514,43 @@ fn controller_quorum(
         });
     }
     Ok(Some(voters))
+}
+
+/// `max.connections.per.ip.overrides`: `host-or-ip:count,...`.
+fn per_ip_overrides(
+    props: &BTreeMap<String, String>,
+) -> Result<BTreeMap<std::net::IpAddr, usize>, ConfigError> {
+    const KEY: &str = "max.connections.per.ip.overrides";
+    let mut out = BTreeMap::new();
+    let Some(v) = props.get(KEY) else {
+        return Ok(out);
+    };
+    for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let bad = |why: &str| ConfigError::InvalidValue {
+            key: KEY.into(),
+            value: v.clone(),
+            why: format!("{entry}: {why}"),
+        };
+        let (host, n) = entry
+            .rsplit_once(':')
+            .ok_or_else(|| bad("expected HOST:COUNT"))?;
+        let n: usize = n
+            .trim()
+            .parse()
+            .map_err(|_| bad("the count is not a number"))?;
+        let ips: Vec<std::net::IpAddr> = match host.trim().parse() {
+            Ok(ip) => vec![ip],
+            Err(_) => (host.trim(), 0)
+                .to_socket_addrs()
+                .map_err(|_| bad("cannot resolve the host"))?
+                .map(|a| a.ip())
+                .collect(),
+        };
+        for ip in ips {
+            out.insert(ip, n);
+        }
+    }
+    Ok(out)
 }
 
 /// The address `HOST:PORT` resolves to, IPv4 first: `localhost` often resolves to `::1` first,

@@ -19,6 +19,117 @@ use crate::server::Broker;
 
 const READ_CHUNK: usize = 256 * 1024;
 
+/// The number of requests being handled, across connections. A connection counts itself in
+/// before it checks the stop signal, so once shutdown has sent the signal and seen the count at
+/// zero no request can start any more.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    count: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+impl InFlight {
+    fn enter(&self) {
+        self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn leave(&self) {
+        if self.count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Waits until no request is being handled, at most `limit`; false on timeout.
+    pub async fn wait_idle(&self, limit: std::time::Duration) -> bool {
+        let wait = async {
+            loop {
+                let idle = self.idle.notified();
+                if self.count.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                    return;
+                }
+                idle.await;
+            }
+        };
+        tokio::time::timeout(limit, wait).await.is_ok()
+    }
+}
+
+/// `max.connections` and `max.connections.per.ip` (Kafka's `ConnectionQuotas`): a slot of the
+/// total is taken before accepting (the acceptor waits while the broker is full); a connection
+/// over its address's limit is closed at once.
+pub struct ConnectionQuotas {
+    total: Arc<tokio::sync::Semaphore>,
+    per_ip: parking_lot::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+    default_per_ip: usize,
+    overrides: std::collections::BTreeMap<std::net::IpAddr, usize>,
+}
+
+/// A connection's place in [`ConnectionQuotas`], given back on drop.
+pub struct ConnectionSlot {
+    quotas: Arc<ConnectionQuotas>,
+    ip: std::net::IpAddr,
+    _total: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        let mut m = self.quotas.per_ip.lock();
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
+}
+
+impl ConnectionQuotas {
+    pub fn new(config: &crate::config::BrokerConfig) -> Self {
+        Self {
+            total: Arc::new(tokio::sync::Semaphore::new(
+                config
+                    .max_connections
+                    .min(tokio::sync::Semaphore::MAX_PERMITS),
+            )),
+            per_ip: parking_lot::Mutex::new(Default::default()),
+            default_per_ip: config.max_connections_per_ip,
+            overrides: config.max_connections_per_ip_overrides.clone(),
+        }
+    }
+
+    /// Waits for a free slot of `max.connections`.
+    pub async fn acquire_total(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.total.clone().acquire_owned().await.ok()
+    }
+
+    /// Takes a slot for a connection from `ip`, or `None` when `ip` is at its limit.
+    pub fn admit(
+        self: &Arc<Self>,
+        ip: std::net::IpAddr,
+        total: tokio::sync::OwnedSemaphorePermit,
+    ) -> Option<ConnectionSlot> {
+        let limit = self
+            .overrides
+            .get(&ip)
+            .copied()
+            .unwrap_or(self.default_per_ip);
+        let mut m = self.per_ip.lock();
+        let n = m.entry(ip).or_insert(0);
+        if *n >= limit {
+            if *n == 0 {
+                m.remove(&ip);
+            }
+            return None;
+        }
+        *n += 1;
+        Some(ConnectionSlot {
+            quotas: self.clone(),
+            ip,
+            _total: total,
+        })
+    }
+}
+
 /// What a connection knows about itself, for the [`RequestContext`] of each of its requests.
 #[derive(Debug, Clone)]
 pub struct ConnectionInfo {
@@ -100,6 +211,7 @@ pub async fn serve(
     let _ = stream.set_nodelay(true);
     let peer = conn.peer;
     let max = broker.config.socket_request_max_bytes;
+    let idle = std::time::Duration::from_millis(broker.config.connections_max_idle_ms.max(1));
     let mut buf = initial;
     buf.reserve(READ_CHUNK);
     let mut out = BytesMut::new();
@@ -110,7 +222,16 @@ pub async fn serve(
                 Ok(Some(n)) => {
                     buf.advance(4);
                     let payload = buf.split_to(n).freeze();
-                    match handlers::handle(&broker, &mut conn, payload).await {
+                    broker.in_flight.enter();
+                    if *stop.borrow() {
+                        // Shutting down: the logs may be closing; take no new request.
+                        broker.in_flight.leave();
+                        let _ = stream.write_all(&out).await;
+                        return;
+                    }
+                    let r = handlers::handle(&broker, &mut conn, payload).await;
+                    broker.in_flight.leave();
+                    match r {
                         // The common case is one response per read: hand its buffer over
                         // instead of copying it (a fetch response is mostly record bytes).
                         Ok(Some(resp)) if out.is_empty() => out = resp,
@@ -153,6 +274,12 @@ pub async fn serve(
                 Ok(_) => {}
             },
             _ = stop.changed() => return,
+            // connections.max.idle.ms: nothing received for that long (Kafka's Selector
+            // closes idle connections the same way).
+            _ = tokio::time::sleep(idle) => {
+                tracing::debug!(%peer, "closing idle connection");
+                return;
+            }
         }
     }
 }
@@ -170,6 +297,27 @@ fn frame_remaining(buf: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_waits_for_requests_in_flight() {
+        let f = Arc::new(InFlight::default());
+        assert!(f.wait_idle(std::time::Duration::from_millis(1)).await);
+        f.enter();
+        f.enter();
+        assert!(
+            !f.wait_idle(std::time::Duration::from_secs(5)).await,
+            "two in flight"
+        );
+        let g = f.clone();
+        let waiter =
+            tokio::spawn(async move { g.wait_idle(std::time::Duration::from_secs(5)).await });
+        tokio::task::yield_now().await;
+        f.leave();
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "one still in flight");
+        f.leave();
+        assert!(waiter.await.unwrap(), "idle once the last request is done");
+    }
 
     #[test]
     fn client_software_validation_as_kafka() {

@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::config::{parse_properties, BrokerConfig};
-use crate::connection::ConnectionInfo;
+use crate::connection::{ConnectionInfo, ConnectionQuotas};
 use crate::controller_channel::ControllerChannel;
 use crate::listeners::{EndPoint, ListenerScope};
 use crate::producer_ids::ProducerIdManager;
@@ -64,6 +64,9 @@ pub struct Broker {
     pub producer_ids: ProducerIdManager,
     pub channel: Arc<ControllerChannel>,
     metadata: Arc<RwLock<Arc<MetadataImage>>>,
+    /// Requests being handled, so that shutdown closes the logs only after the last of them
+    /// (no append after the clean-shutdown marker).
+    pub(crate) in_flight: crate::connection::InFlight,
 }
 
 impl Broker {
@@ -338,6 +341,7 @@ impl Server {
             controller,
             replica_manager,
             metadata,
+            in_flight: crate::connection::InFlight::default(),
         });
         // Kafka connections on the controller listener wait for this.
         let _ = broker_tx.send(Some(broker.clone()));
@@ -392,12 +396,14 @@ impl Server {
         // The broker listeners stop accepting at the shutdown signal; their connections are
         // served through the controlled shutdown, until `stop_tx`.
         let (accept_stop_tx, accept_stop_rx) = watch::channel(false);
+        let quotas = Arc::new(ConnectionQuotas::new(&self.broker.config));
         let accepting: Vec<_> = self
             .listeners
             .into_iter()
             .map(|(info, l)| {
                 tokio::spawn(accept_loop(
                     self.broker.clone(),
+                    quotas.clone(),
                     info,
                     l,
                     accept_stop_rx.clone(),
@@ -422,8 +428,16 @@ impl Server {
         if let Some(r) = self.broker.replica_manager.replication() {
             r.fetchers.shutdown().await;
         }
-        // Connections finish the request they are in; give them a moment before closing logs.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Connections take no new request once stopped; wait for the ones being handled (a
+        // long-poll fetch or an acks=all produce ends at its own timeout; bounded anyway).
+        if !self
+            .broker
+            .in_flight
+            .wait_idle(IN_FLIGHT_SHUTDOWN_LIMIT)
+            .await
+        {
+            tracing::warn!("requests still in flight at shutdown; closing the logs anyway");
+        }
         self.broker.replica_manager.shutdown()?;
         self.broker.controller.shutdown().await;
         tracing::info!("shutdown complete");
@@ -434,6 +448,7 @@ impl Server {
 /// Accepts Kafka connections on one broker listener until `accept_stop`.
 async fn accept_loop(
     broker: Arc<Broker>,
+    quotas: Arc<ConnectionQuotas>,
     info: ListenerInfo,
     listener: TcpListener,
     mut accept_stop: watch::Receiver<bool>,
@@ -441,15 +456,28 @@ async fn accept_loop(
 ) {
     let local = listener.local_addr().ok();
     loop {
+        // max.connections: wait for a slot before accepting, as Kafka's acceptor does.
+        let total = tokio::select! {
+            _ = accept_stop.changed() => return,
+            permit = quotas.acquire_total() => match permit {
+                Some(p) => p,
+                None => return,
+            },
+        };
         tokio::select! {
             _ = accept_stop.changed() => return,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    let Some(slot) = quotas.admit(peer.ip(), total) else {
+                        tracing::info!(%peer, "closing connection: max.connections.per.ip reached");
+                        continue;
+                    };
                     let broker = broker.clone();
                     let stop = stop.clone();
                     let conn = ConnectionInfo::new(info.clone(), local.unwrap_or(peer), peer, next_connection_index());
                     tokio::spawn(async move {
                         crate::connection::serve(broker, stream, conn, BytesMut::new(), stop).await;
+                        drop(slot);
                     });
                 }
                 Err(e) => {
@@ -461,6 +489,9 @@ async fn accept_loop(
         }
     }
 }
+
+/// How long shutdown waits for requests being handled before it closes the logs.
+const IN_FLIGHT_SHUTDOWN_LIMIT: Duration = Duration::from_secs(30);
 
 /// How long a stopping broker waits for the controller to move its leaderships away before it
 /// stops anyway (the quorum may be gone, e.g. when the whole cluster is being stopped).
