@@ -42,9 +42,32 @@ pub struct ControllerChannel {
     /// The inter-broker listener's name and security protocol, for BrokerRegistration.
     listener_name: String,
     security_protocol: i16,
-    /// One connection to the current active controller, used by one call at a time.
-    conn: tokio::sync::Mutex<Option<(i32, TcpStream)>>,
+    /// One connection per [`Lane`] to the current active controller, each used by one call at
+    /// a time: a heartbeat never waits behind a forwarded CreateTopics.
+    conns: [tokio::sync::Mutex<Option<(i32, TcpStream)>>; 3],
     correlation: std::sync::atomic::AtomicI32,
+}
+
+/// Kafka keeps a separate channel to the controller for heartbeats (`BrokerLifecycleManager`),
+/// for AlterPartition and for forwarding; so does Strom, so that a slow admin request does not
+/// hold back the heartbeats that keep this broker unfenced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// BrokerRegistration and BrokerHeartbeat.
+    Lifecycle = 0,
+    AlterPartition = 1,
+    /// Forwarded admin requests, auto-creation, AllocateProducerIds.
+    Forwarding = 2,
+}
+
+impl Lane {
+    fn of(api: ApiKey) -> Lane {
+        match api {
+            ApiKey::BrokerRegistration | ApiKey::BrokerHeartbeat => Lane::Lifecycle,
+            ApiKey::AlterPartition => Lane::AlterPartition,
+            _ => Lane::Forwarding,
+        }
+    }
 }
 
 fn not_controller(leader: Option<i32>) -> ControllerError {
@@ -65,7 +88,7 @@ impl ControllerChannel {
             controller_addrs: BTreeMap::new(),
             listener_name: "PLAINTEXT".into(),
             security_protocol: crate::listeners::SecurityProtocol::Plaintext.id(),
-            conn: tokio::sync::Mutex::new(None),
+            conns: Default::default(),
             correlation: std::sync::atomic::AtomicI32::new(1),
         }
     }
@@ -88,11 +111,11 @@ impl ControllerChannel {
 
     /// Sends a request frame payload (header and body) to the active controller and returns
     /// the response payload.
-    pub async fn forward_raw(&self, payload: &[u8]) -> Result<Bytes, ControllerError> {
+    pub async fn forward_raw(&self, lane: Lane, payload: &[u8]) -> Result<Bytes, ControllerError> {
         // One call at a time on the connection: the controller is looked up after the wait, so
         // a call queued behind one to a controller that has since lost its place goes to the
         // new one.
-        let mut guard = self.conn.lock().await;
+        let mut guard = self.conns[lane as usize].lock().await;
         let leader = self.controller.active_controller();
         let Some(leader) = leader.filter(|&l| l != self.node_id) else {
             return Err(not_controller(leader));
@@ -207,7 +230,7 @@ impl ControllerChannel {
             .encode(&mut buf, api.request_header_version(version))
             .map_err(|e| io(&e))?;
         req.encode(&mut buf, version).map_err(|e| io(&e))?;
-        let mut resp = self.forward_raw(&buf).await?;
+        let mut resp = self.forward_raw(Lane::of(api), &buf).await?;
         let h = ResponseHeader::decode(&mut resp, api.response_header_version(version))
             .map_err(|e| io(&e))?;
         if h.correlation_id != corr {

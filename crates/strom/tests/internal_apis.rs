@@ -83,6 +83,17 @@ fn topic_id(c: &Cluster, node: i32, topic: &str) -> uuid::Uuid {
     resp.topics[0].topic_id
 }
 
+/// Kafka's principal serialization for an Envelope: a version (i16), then DefaultPrincipalData.
+fn principal(kind: &str, name: &str) -> bytes::Bytes {
+    let mut b = 0i16.to_be_bytes().to_vec();
+    DefaultPrincipalData::default()
+        .with_type(StrBytes::from_string(kind.into()))
+        .with_name(StrBytes::from_string(name.into()))
+        .encode(&mut b, 0)
+        .unwrap();
+    b.into()
+}
+
 #[test]
 fn client_listener_refuses_internal_apis_without_effect() {
     let c = Cluster::start(3);
@@ -161,9 +172,9 @@ fn client_listener_refuses_internal_apis_without_effect() {
 #[test]
 fn controller_listener_serves_the_internal_apis() {
     let c = Cluster::start(3);
-    let active = eventually("an active controller", || {
+    let active = eventually("an active controller and every broker registered", || {
         let id = admin_controller(&c, 1);
-        (id > 0).then_some(id)
+        (id > 0 && metadata(&c, 1, "").0.len() == 3).then_some(id)
     });
     let port = c.controller_ports[&active];
     let keys = advertised(port);
@@ -185,6 +196,30 @@ fn controller_listener_serves_the_internal_apis() {
         &BrokerHeartbeatRequest::default().with_broker_id(BrokerId(active)),
     );
     assert_eq!(resp.error_code, 0);
+    // An admin request on a node that is not the active controller is forwarded there in an
+    // Envelope and answered with the controller's result, not NOT_CONTROLLER.
+    let other = c.nodes.iter().find(|n| n.id != active).unwrap();
+    let mut s = connect(other.port);
+    let create = CreateTopicsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_topics(vec![create_topics_request::CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("forwarded")))
+            .with_num_partitions(2)
+            .with_replication_factor(3)]);
+    let resp: CreateTopicsResponse = raw_call(&mut s, ApiKey::CreateTopics, 7, &create);
+    assert_eq!(resp.topics[0].error_code, 0, "{resp:?}");
+    assert_eq!(resp.topics[0].num_partitions, 2);
+    // Envelope itself is served on the controller listener only.
+    let mut s = connect(port);
+    let inner = encode_request(ApiKey::CreateTopics, 7, 5, &create);
+    let env = EnvelopeRequest::default()
+        .with_request_data(bytes::Bytes::from(inner))
+        .with_request_principal(Some(principal("User", "alice")))
+        .with_client_host_address(bytes::Bytes::from_static(&[127, 0, 0, 1]));
+    let resp: EnvelopeResponse = raw_call(&mut s, ApiKey::Envelope, 0, &env);
+    assert_eq!(resp.error_code, 0, "{resp:?}");
+    assert!(resp.response_data.is_some());
+
     // And a Produce there closes the connection, as an internal API does on a client listener.
     let p = ProduceRequest::default().with_acks(1).with_timeout_ms(1000);
     let mut s = connect(port);

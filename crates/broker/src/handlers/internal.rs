@@ -170,6 +170,12 @@ pub fn envelope<'a>(
         let req: EnvelopeRequest = decode_body(&mut body, ctx)?;
         let resp = match unwrap_envelope(ctx, req) {
             Ok((inner_ctx, entry, inner_body)) => {
+                tracing::debug!(
+                    api = ?inner_ctx.api_key,
+                    principal = %inner_ctx.principal,
+                    client = %inner_ctx.client_address.ip(),
+                    "forwarded request"
+                );
                 match (entry.handle)(broker, &inner_ctx, inner_body).await {
                     Ok(Some(mut framed)) => {
                         // The handler framed its response; the envelope carries it unframed.
