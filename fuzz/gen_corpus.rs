@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use bytes::{BufMut, BytesMut};
-use strom_protocol::apis::SUPPORTED;
+use strom_broker::handlers::registry::REGISTRY;
 use strom_protocol::batch::{set_base_offset, BatchView};
 use strom_protocol::kafka::messages::*;
 use strom_protocol::kafka::protocol::{Encodable, StrBytes};
@@ -177,7 +177,8 @@ fn request(key: ApiKey, version: i16) -> Vec<u8> {
             )
         }
         ApiKey::DescribeCluster => frame(key, version, &DescribeClusterRequest::default()),
-        other => panic!("no seed for {other:?}"),
+        // No hand-written seed: the fuzzer starts from the other APIs' frames.
+        _ => Vec::new(),
     }
 }
 
@@ -206,9 +207,13 @@ fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds");
 
     let dir = root.join("frame_and_header");
-    for &(key, min, max) in SUPPORTED {
-        for v in [min, max] {
-            write(&dir, &format!("{key:?}-v{v}"), &request(key, v));
+    for e in REGISTRY {
+        let key = e.key;
+        for v in [e.min_version, e.max_version] {
+            let seed = request(key, v);
+            if !seed.is_empty() {
+                write(&dir, &format!("{key:?}-v{v}"), &seed);
+            }
         }
     }
 

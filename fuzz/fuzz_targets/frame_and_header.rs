@@ -1,15 +1,18 @@
-//! Untrusted connection bytes: framing, header peeking, then header and body decoding with the
-//! generated `kafka-protocol` structs exactly as `strom_broker::handlers::handle` does it, for
-//! every API key/version in `strom_protocol::apis::SUPPORTED`. Produce record sets are then
-//! walked the way the produce handler and `UnifiedLog::analyze` walk them.
+//! Untrusted connection bytes: framing, then the broker's own dispatch
+//! (`strom_broker::handlers::parse_request`, the registry lookup per listener scope) and the
+//! registry entry's body decoder, for every API key/version the registry serves on a client or
+//! a controller listener. Produce record sets are then walked the way the produce handler and
+//! `UnifiedLog::analyze` walk them.
 #![no_main]
 
 use bytes::{Buf, Bytes};
 use libfuzzer_sys::fuzz_target;
 use strom_protocol::batch::BatchIter;
-use strom_protocol::kafka::messages::*;
+use strom_broker::handlers::{self, ParsedRequest};
+use strom_broker::listeners::ListenerScope;
+use strom_protocol::frame;
+use strom_protocol::kafka::messages::{ApiKey, ProduceRequest};
 use strom_protocol::kafka::protocol::Decodable;
-use strom_protocol::{apis, frame};
 
 fuzz_target!(|data: &[u8]| {
     // The connection loop: handle every complete frame in the buffer, stop at the first
@@ -30,50 +33,41 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
-/// `handlers::handle` up to (not including) running the API handler.
-fn handle(mut payload: Bytes) -> Result<(), ()> {
-    let prefix = frame::peek_header(&payload).ok_or(())?;
-    let api_key = ApiKey::try_from(prefix.api_key).map_err(|_| ())?;
-    let version = prefix.api_version;
-    if !apis::is_supported(prefix.api_key, version) {
-        return if api_key == ApiKey::ApiVersions {
-            Ok(())
-        } else {
-            Err(())
-        };
-    }
-    let header = RequestHeader::decode(&mut payload, api_key.request_header_version(version))
-        .map_err(|_| ())?;
-    let _ = header.correlation_id;
-    macro_rules! body {
-        ($t:ty) => {
-            <$t>::decode(&mut payload, version).map_err(|_| ())?
-        };
-    }
-    match api_key {
-        ApiKey::ApiVersions => drop(body!(ApiVersionsRequest)),
-        ApiKey::Metadata => drop(body!(MetadataRequest)),
-        ApiKey::Produce => {
-            let req = body!(ProduceRequest);
-            for topic in &req.topic_data {
-                for p in &topic.partition_data {
-                    if let Some(records) = &p.records {
-                        walk_records(records);
+/// `handlers::handle` up to (not including) running the API handler, through the broker's own
+/// dispatch (`parse_request`: registry lookup for the listener's scope, version check, header)
+/// and the registry entry's body decoder, on a client and on a controller listener.
+fn handle(payload: Bytes) -> Result<(), ()> {
+    let mut ok = false;
+    for scope in [ListenerScope::Broker, ListenerScope::Controller] {
+        match handlers::parse_request(&payload, scope) {
+            Ok(ParsedRequest::ApiVersionsFallback { .. }) => ok = true,
+            Ok(ParsedRequest::Request { entry, header, body }) => {
+                let version = header.request_api_version;
+                if (entry.decode)(body.clone(), version).is_ok() {
+                    ok = true;
+                    if entry.key == ApiKey::Produce {
+                        let mut b = body;
+                        if let Ok(req) = ProduceRequest::decode(&mut b, version) {
+                            for topic in &req.topic_data {
+                                for p in &topic.partition_data {
+                                    if let Some(records) = &p.records {
+                                        walk_records(records);
+                                    }
+                                }
+                            }
+                        }
                     }
                 }
             }
+            Err(_) => {}
         }
-        ApiKey::Fetch => drop(body!(FetchRequest)),
-        ApiKey::ListOffsets => drop(body!(ListOffsetsRequest)),
-        ApiKey::CreateTopics => drop(body!(CreateTopicsRequest)),
-        ApiKey::DeleteTopics => drop(body!(DeleteTopicsRequest)),
-        ApiKey::CreatePartitions => drop(body!(CreatePartitionsRequest)),
-        ApiKey::DescribeConfigs => drop(body!(DescribeConfigsRequest)),
-        ApiKey::IncrementalAlterConfigs => drop(body!(IncrementalAlterConfigsRequest)),
-        ApiKey::DescribeCluster => drop(body!(DescribeClusterRequest)),
-        _ => return Err(()),
     }
-    Ok(())
+    // The broker closes the connection when the request is refused on the listener.
+    if ok {
+        Ok(())
+    } else {
+        Err(())
+    }
 }
 
 /// What the produce path does with a partition's records before they reach the log: the

@@ -3,12 +3,14 @@
 //! topic overrides.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 
 use strom_controller::topic_config::{self, TopicConfigDef};
 use strom_storage::{LogConfig, TimestampType};
 use thiserror::Error;
+
+use crate::listeners::{self, Listeners};
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -25,6 +27,9 @@ pub enum ConfigError {
     },
     #[error("malformed property '{0}': expected key=value")]
     Malformed(String),
+    /// A valid Kafka setting Strom does not support yet (refused rather than ignored).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// Broker properties Strom understands; anything else is warned about, as Kafka does.
@@ -61,12 +66,27 @@ const KNOWN_BROKER_KEYS: &[&str] = &[
     "replica.socket.timeout.ms",
     "producer.id.expiration.check.interval.ms",
     crate::log_chores::MAX_OPEN_FILES_KEY,
+    "listener.security.protocol.map",
+    "inter.broker.listener.name",
+    "controller.listener.names",
+    "process.roles",
+    "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers",
+    "connections.max.idle.ms",
+    "max.connections",
+    "max.connections.per.ip",
+    "max.connections.per.ip.overrides",
 ];
 
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     pub node_id: i32,
-    pub listen: SocketAddr,
+    /// `listeners`, `advertised.listeners`, `inter.broker.listener.name`,
+    /// `controller.listener.names` and the security protocol map.
+    pub listeners: Listeners,
+    /// The inter-broker listener's advertised endpoint: what this broker registers with the
+    /// controller, so what clients and followers are told. A port of 0 in the configuration is
+    /// replaced by the bound port at start-up.
     pub advertised_host: String,
     pub advertised_port: i32,
     pub data_dir: PathBuf,
@@ -76,7 +96,8 @@ pub struct BrokerConfig {
     /// Kafka's `metadata.log.dir`: where `__cluster_metadata-0` lives; default the first log dir.
     pub metadata_log_dir: PathBuf,
     pub rack: Option<String>,
-    /// Where this node's controller talks Raft to the other voters (cluster mode).
+    /// This node's controller listener (cluster mode): Raft between the voters and the
+    /// broker-to-controller APIs, on one port.
     pub controller_listen: Option<SocketAddr>,
     /// The controller voters: node id and controller address. `None`: a single-node cluster
     /// whose metadata log is a local file.
@@ -102,6 +123,14 @@ pub struct BrokerConfig {
     /// to preferred replicas.
     pub auto_leader_rebalance_enable: bool,
     pub leader_imbalance_check_interval_seconds: u64,
+    /// `connections.max.idle.ms`: a connection with no request for this long is closed.
+    pub connections_max_idle_ms: u64,
+    /// `max.connections`: accepting on the broker listeners waits while this many are open.
+    pub max_connections: usize,
+    /// `max.connections.per.ip`, with `max.connections.per.ip.overrides` (`host:count,...`):
+    /// a connection over its address's limit is closed at once.
+    pub max_connections_per_ip: usize,
+    pub max_connections_per_ip_overrides: BTreeMap<std::net::IpAddr, usize>,
 }
 
 /// Parses `1@host:port,2@host:port,...` (Kafka's `controller.quorum.voters`).
@@ -120,10 +149,7 @@ pub fn parse_quorum_voters(s: &str) -> Result<BTreeMap<i32, SocketAddr>, ConfigE
             .trim()
             .parse()
             .map_err(|_| bad("node id is not a number"))?;
-        let addr = std::net::ToSocketAddrs::to_socket_addrs(addr.trim())
-            .map_err(|_| bad("cannot resolve HOST:PORT"))?
-            .next()
-            .ok_or_else(|| bad("cannot resolve HOST:PORT"))?;
+        let addr = first_address(addr.trim()).ok_or_else(|| bad("cannot resolve HOST:PORT"))?;
         if out.insert(id, addr).is_some() {
             return Err(bad("a node id appears twice"));
         }
@@ -197,24 +223,34 @@ fn log_dirs_from(
 }
 
 impl BrokerConfig {
+    /// A node with one PLAINTEXT listener on `listen` (advertised as `advertised`, default the
+    /// listen address) and `props` for the rest: the command line's `--listen` and
+    /// `--advertised-listener`, and tests.
     pub fn new(
         node_id: i32,
         listen: SocketAddr,
         advertised: Option<(String, i32)>,
         data_dir: PathBuf,
+        mut props: BTreeMap<String, String>,
+    ) -> Result<Self, ConfigError> {
+        props.insert("node.id".into(), node_id.to_string());
+        props.insert("listeners".into(), format!("PLAINTEXT://{listen}"));
+        if let Some((host, port)) = advertised {
+            props.insert(
+                "advertised.listeners".into(),
+                format!("PLAINTEXT://{host}:{port}"),
+            );
+        }
+        Self::from_props(data_dir, props)
+    }
+
+    /// The configuration from Kafka properties (a `server.properties` file merged with
+    /// `--set` and the command line's flags).
+    pub fn from_props(
+        data_dir: PathBuf,
         props: BTreeMap<String, String>,
     ) -> Result<Self, ConfigError> {
-        for key in props.keys() {
-            let known = KNOWN_BROKER_KEYS.contains(&key.as_str())
-                || topic_config::TOPIC_CONFIGS
-                    .iter()
-                    .any(|d| d.broker_key == key)
-                || key == "log.retention.ms"
-                || key == "log.roll.ms";
-            if !known {
-                tracing::warn!("The configuration '{key}' was supplied but isn't a known config.");
-            }
-        }
+        log_unused(&props);
         // Validate every topic-default synonym now so a bad value fails start-up, not a request.
         for def in topic_config::TOPIC_CONFIGS {
             if let Some(v) = props.get(def.broker_key) {
@@ -225,24 +261,64 @@ impl BrokerConfig {
                 })?;
             }
         }
+        check_process_roles(&props)?;
+        let node_id: i32 = parse(&props, "node.id", 1)?;
+        if node_id < 0 {
+            return Err(ConfigError::InvalidValue {
+                key: "node.id".into(),
+                value: node_id.to_string(),
+                why: "must be a non-negative integer".into(),
+            });
+        }
+        let listeners = listeners::resolve(&props)?;
+        let controller_listen = match listeners.controller_listener() {
+            Some(l) => Some(resolve_addr("listeners", &l.bind_address())?),
+            None => None,
+        };
+        let controller_quorum = controller_quorum(&props, node_id, &listeners)?;
+        match (&controller_quorum, &controller_listen) {
+            (Some(_), None) => {
+                return Err(ConfigError::InvalidValue {
+                    key: "controller.listener.names".into(),
+                    value: props
+                        .get("controller.listener.names")
+                        .cloned()
+                        .unwrap_or_default(),
+                    why: "a controller quorum needs this node's controller listener: name it in controller.listener.names and bind it in listeners".into(),
+                })
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::InvalidValue {
+                    key: "controller.quorum.voters".into(),
+                    value: String::new(),
+                    why: "a controller listener needs the controller quorum (controller.quorum.voters)".into(),
+                })
+            }
+            _ => {}
+        }
+        let adv = listeners.inter_broker_advertised();
+        let advertised_host = if adv.host.is_empty() {
+            local_host_name()
+        } else {
+            adv.host.clone()
+        };
+        let advertised_port = adv.port as i32;
         let log_dirs = log_dirs_from(&props, &data_dir)?;
         let metadata_log_dir = props
             .get("metadata.log.dir")
             .map(|d| PathBuf::from(d.trim()))
             .unwrap_or_else(|| log_dirs[0].clone());
-        let (advertised_host, advertised_port) =
-            advertised.unwrap_or_else(|| (listen.ip().to_string(), listen.port() as i32));
         let cfg = Self {
             node_id,
-            listen,
+            listeners,
             advertised_host,
             advertised_port,
             data_dir,
             log_dirs,
             metadata_log_dir,
             rack: props.get("broker.rack").cloned(),
-            controller_listen: None,
-            controller_quorum: None,
+            controller_listen,
+            controller_quorum,
             num_partitions: parse(&props, "num.partitions", 1)?,
             default_replication_factor: parse(&props, "default.replication.factor", 1)?,
             auto_create_topics_enable: parse(&props, "auto.create.topics.enable", true)?,
@@ -272,6 +348,11 @@ impl BrokerConfig {
                 "leader.imbalance.check.interval.seconds",
                 300,
             )?,
+            connections_max_idle_ms: parse(&props, "connections.max.idle.ms", 600_000)?,
+            max_connections: parse::<i32>(&props, "max.connections", i32::MAX)?.max(0) as usize,
+            max_connections_per_ip: parse::<i32>(&props, "max.connections.per.ip", i32::MAX)?.max(0)
+                as usize,
+            max_connections_per_ip_overrides: per_ip_overrides(&props)?,
             props,
         };
         if cfg.num_partitions < 1 {
@@ -378,6 +459,177 @@ impl BrokerConfig {
     }
 }
 
+/// Kafka's `AbstractConfig.logUnused`: every supplied key that no part of Strom reads, in one
+/// line with Kafka's wording, so a setting that does nothing is never silent.
+fn log_unused(props: &BTreeMap<String, String>) {
+    let unused: Vec<&str> = props
+        .keys()
+        .map(String::as_str)
+        .filter(|key| {
+            !(KNOWN_BROKER_KEYS.contains(key)
+                || topic_config::TOPIC_CONFIGS
+                    .iter()
+                    .any(|d| d.broker_key == *key)
+                || *key == "log.retention.ms"
+                || *key == "log.roll.ms")
+        })
+        .collect();
+    if !unused.is_empty() {
+        tracing::info!(
+            "These configurations '[{}]' were supplied but are not used yet.",
+            unused.join(", ")
+        );
+    }
+}
+
+/// `process.roles`: Strom runs every node as broker and controller (Kafka's combined mode).
+/// Without the key it does the same (Strom's own command line); a dedicated broker or
+/// controller is refused rather than run as a combined node.
+fn check_process_roles(props: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+    let Some(v) = props.get("process.roles") else {
+        return Ok(());
+    };
+    let mut roles: Vec<String> = v
+        .split(',')
+        .map(|r| r.trim().to_ascii_lowercase())
+        .filter(|r| !r.is_empty())
+        .collect();
+    roles.sort();
+    roles.dedup();
+    let bad = |why: &str| ConfigError::InvalidValue {
+        key: "process.roles".into(),
+        value: v.clone(),
+        why: why.into(),
+    };
+    if roles.iter().any(|r| r != "broker" && r != "controller") {
+        return Err(bad(
+            "Unknown process role: the roles are broker and controller",
+        ));
+    }
+    if roles != ["broker", "controller"] {
+        return Err(ConfigError::Unsupported(format!(
+            "process.roles={v}: Strom runs every node as broker and controller so far; use process.roles=broker,controller"
+        )));
+    }
+    Ok(())
+}
+
+/// The controller voters: `controller.quorum.voters`, or a `controller.quorum.bootstrap.servers`
+/// that names only this node's own controller listener (Kafka's sample `server.properties`,
+/// formatted `--standalone`: this node is the one voter). A dynamic quorum of several
+/// bootstrap servers (KIP-853) is refused.
+fn controller_quorum(
+    props: &BTreeMap<String, String>,
+    node_id: i32,
+    listeners: &Listeners,
+) -> Result<Option<BTreeMap<i32, SocketAddr>>, ConfigError> {
+    let voters = if let Some(v) = props.get("controller.quorum.voters") {
+        parse_quorum_voters(v)?
+    } else if let Some(v) = props.get("controller.quorum.bootstrap.servers") {
+        let servers: Vec<&str> = v
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        let own = listeners.controller_listener();
+        let bad = |why: String| {
+            ConfigError::Unsupported(format!(
+            "controller.quorum.bootstrap.servers={v}: {why}; list the voters in controller.quorum.voters (ID@HOST:PORT,...)"
+        ))
+        };
+        let [server] = servers.as_slice() else {
+            return Err(bad(
+                "a dynamic controller quorum (KIP-853) is not supported yet".into(),
+            ));
+        };
+        let Some(own) = own else {
+            return Err(bad("this node has no controller listener".into()));
+        };
+        let addr = resolve_addr("controller.quorum.bootstrap.servers", server)?;
+        if addr.port() != own.port {
+            return Err(bad(format!(
+                "{server} is not this node's controller listener {own}; joining another node's quorum is not supported yet"
+            )));
+        }
+        BTreeMap::from([(node_id, addr)])
+    } else {
+        return Ok(None);
+    };
+    if !voters.contains_key(&node_id) {
+        return Err(ConfigError::InvalidValue {
+            key: "controller.quorum.voters".into(),
+            value: props
+                .get("controller.quorum.voters")
+                .cloned()
+                .unwrap_or_default(),
+            why: format!("does not name this node ({node_id}); every Strom node is a voter"),
+        });
+    }
+    Ok(Some(voters))
+}
+
+/// `max.connections.per.ip.overrides`: `host-or-ip:count,...`.
+fn per_ip_overrides(
+    props: &BTreeMap<String, String>,
+) -> Result<BTreeMap<std::net::IpAddr, usize>, ConfigError> {
+    const KEY: &str = "max.connections.per.ip.overrides";
+    let mut out = BTreeMap::new();
+    let Some(v) = props.get(KEY) else {
+        return Ok(out);
+    };
+    for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let bad = |why: &str| ConfigError::InvalidValue {
+            key: KEY.into(),
+            value: v.clone(),
+            why: format!("{entry}: {why}"),
+        };
+        let (host, n) = entry
+            .rsplit_once(':')
+            .ok_or_else(|| bad("expected HOST:COUNT"))?;
+        let n: usize = n
+            .trim()
+            .parse()
+            .map_err(|_| bad("the count is not a number"))?;
+        let ips: Vec<std::net::IpAddr> = match host.trim().parse() {
+            Ok(ip) => vec![ip],
+            Err(_) => (host.trim(), 0)
+                .to_socket_addrs()
+                .map_err(|_| bad("cannot resolve the host"))?
+                .map(|a| a.ip())
+                .collect(),
+        };
+        for ip in ips {
+            out.insert(ip, n);
+        }
+    }
+    Ok(out)
+}
+
+/// The address `HOST:PORT` resolves to, IPv4 first: `localhost` often resolves to `::1` first,
+/// while a listener with an empty host binds `0.0.0.0`.
+pub fn first_address(addr: &str) -> Option<SocketAddr> {
+    let all: Vec<SocketAddr> = addr.to_socket_addrs().ok()?.collect();
+    all.iter().find(|a| a.is_ipv4()).or(all.first()).copied()
+}
+
+fn resolve_addr(key: &str, addr: &str) -> Result<SocketAddr, ConfigError> {
+    first_address(addr).ok_or_else(|| ConfigError::InvalidValue {
+        key: key.into(),
+        value: addr.into(),
+        why: "cannot resolve HOST:PORT".into(),
+    })
+}
+
+/// The host advertised for a listener bound to every interface (empty host), as Kafka uses
+/// the canonical host name.
+fn local_host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
 /// DescribeConfigs `config_source` wire values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigSource {
@@ -447,5 +699,69 @@ mod tests {
         assert!(cfg(&[("num.partitions", "0")]).is_err());
         assert!(cfg(&[("log.segment.bytes", "-5")]).is_err());
         assert!(cfg(&[("auto.create.topics.enable", "maybe")]).is_err());
+    }
+
+    fn from(props: &[(&str, &str)]) -> Result<BrokerConfig, ConfigError> {
+        BrokerConfig::from_props(
+            "/tmp/x".into(),
+            props
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    const COMBINED: &[(&str, &str)] = &[
+        ("process.roles", "broker,controller"),
+        ("node.id", "4"),
+        (
+            "listeners",
+            "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:19093",
+        ),
+        ("controller.listener.names", "CONTROLLER"),
+    ];
+
+    #[test]
+    fn kafka_combined_mode_node() {
+        let mut p = COMBINED.to_vec();
+        p.push(("controller.quorum.voters", "4@127.0.0.1:19093"));
+        let c = from(&p).unwrap();
+        assert_eq!(c.node_id, 4);
+        assert_eq!(
+            c.controller_listen,
+            Some("127.0.0.1:19093".parse().unwrap())
+        );
+        assert_eq!(c.controller_quorum.as_ref().unwrap().len(), 1);
+        // The sample file's standalone bootstrap server is this node as the one voter.
+        let mut p = COMBINED.to_vec();
+        p.push(("controller.quorum.bootstrap.servers", "localhost:19093"));
+        let c = from(&p).unwrap();
+        assert_eq!(
+            c.controller_quorum.unwrap().get(&4),
+            Some(&"127.0.0.1:19093".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn unsupported_roles_and_quorums_are_refused() {
+        for roles in ["broker", "controller"] {
+            let mut p = COMBINED.to_vec();
+            p.retain(|(k, _)| *k != "process.roles");
+            p.push(("process.roles", roles));
+            p.push(("controller.quorum.voters", "4@127.0.0.1:19093"));
+            let e = from(&p).unwrap_err();
+            assert!(matches!(e, ConfigError::Unsupported(_)), "{roles}: {e}");
+        }
+        let mut p = COMBINED.to_vec();
+        p.push((
+            "controller.quorum.bootstrap.servers",
+            "localhost:19093,localhost:19094",
+        ));
+        assert!(matches!(from(&p), Err(ConfigError::Unsupported(_))));
+        // A voter set without this node, and a controller listener without a quorum.
+        let mut p = COMBINED.to_vec();
+        p.push(("controller.quorum.voters", "1@127.0.0.1:19093"));
+        assert!(from(&p).is_err());
+        assert!(from(COMBINED).is_err());
     }
 }

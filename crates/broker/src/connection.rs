@@ -5,26 +5,215 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use strom_protocol::frame;
+use strom_protocol::kafka::messages::{ApiKey, ApiVersionsRequest, RequestHeader};
+use strom_protocol::kafka::protocol::Decodable;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::handlers;
+use crate::request_context::{ClientInformation, KafkaPrincipal, ListenerInfo, RequestContext};
 use crate::server::Broker;
 
 const READ_CHUNK: usize = 256 * 1024;
 
+/// The number of requests being handled, across connections. A connection counts itself in
+/// before it checks the stop signal, so once shutdown has sent the signal and seen the count at
+/// zero no request can start any more.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    count: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+impl InFlight {
+    fn enter(&self) {
+        self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn leave(&self) {
+        if self.count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Waits until no request is being handled, at most `limit`; false on timeout.
+    pub async fn wait_idle(&self, limit: std::time::Duration) -> bool {
+        let wait = async {
+            loop {
+                let idle = self.idle.notified();
+                if self.count.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                    return;
+                }
+                idle.await;
+            }
+        };
+        tokio::time::timeout(limit, wait).await.is_ok()
+    }
+}
+
+/// `max.connections` and `max.connections.per.ip` (Kafka's `ConnectionQuotas`): a slot of the
+/// total is taken before accepting (the acceptor waits while the broker is full); a connection
+/// over its address's limit is closed at once.
+pub struct ConnectionQuotas {
+    total: Arc<tokio::sync::Semaphore>,
+    per_ip: parking_lot::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+    default_per_ip: usize,
+    overrides: std::collections::BTreeMap<std::net::IpAddr, usize>,
+}
+
+/// A connection's place in [`ConnectionQuotas`], given back on drop.
+pub struct ConnectionSlot {
+    quotas: Arc<ConnectionQuotas>,
+    ip: std::net::IpAddr,
+    _total: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        let mut m = self.quotas.per_ip.lock();
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
+}
+
+impl ConnectionQuotas {
+    pub fn new(config: &crate::config::BrokerConfig) -> Self {
+        Self {
+            total: Arc::new(tokio::sync::Semaphore::new(
+                config
+                    .max_connections
+                    .min(tokio::sync::Semaphore::MAX_PERMITS),
+            )),
+            per_ip: parking_lot::Mutex::new(Default::default()),
+            default_per_ip: config.max_connections_per_ip,
+            overrides: config.max_connections_per_ip_overrides.clone(),
+        }
+    }
+
+    /// Waits for a free slot of `max.connections`.
+    pub async fn acquire_total(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.total.clone().acquire_owned().await.ok()
+    }
+
+    /// Takes a slot for a connection from `ip`, or `None` when `ip` is at its limit.
+    pub fn admit(
+        self: &Arc<Self>,
+        ip: std::net::IpAddr,
+        total: tokio::sync::OwnedSemaphorePermit,
+    ) -> Option<ConnectionSlot> {
+        let limit = self
+            .overrides
+            .get(&ip)
+            .copied()
+            .unwrap_or(self.default_per_ip);
+        let mut m = self.per_ip.lock();
+        let n = m.entry(ip).or_insert(0);
+        if *n >= limit {
+            if *n == 0 {
+                m.remove(&ip);
+            }
+            return None;
+        }
+        *n += 1;
+        Some(ConnectionSlot {
+            quotas: self.clone(),
+            ip,
+            _total: total,
+        })
+    }
+}
+
+/// What a connection knows about itself, for the [`RequestContext`] of each of its requests.
+#[derive(Debug, Clone)]
+pub struct ConnectionInfo {
+    pub id: Arc<str>,
+    pub peer: SocketAddr,
+    pub listener: ListenerInfo,
+    pub principal: KafkaPrincipal,
+    pub client_information: ClientInformation,
+}
+
+impl ConnectionInfo {
+    /// `local` and `peer` addresses and a per-listener counter make Kafka's connection id
+    /// (`localAddr:localPort-remoteAddr:remotePort-index`).
+    pub fn new(listener: ListenerInfo, local: SocketAddr, peer: SocketAddr, index: u64) -> Self {
+        Self {
+            id: Arc::from(format!("{local}-{peer}-{index}")),
+            peer,
+            listener,
+            principal: KafkaPrincipal::anonymous(),
+            client_information: ClientInformation::default(),
+        }
+    }
+
+    pub fn context(&self, header: RequestHeader, api_key: ApiKey) -> RequestContext {
+        RequestContext {
+            api_version: header.request_api_version,
+            header,
+            api_key,
+            connection_id: self.id.clone(),
+            client_address: self.peer,
+            listener: self.listener.clone(),
+            principal: self.principal.clone(),
+            client_information: self.client_information.clone(),
+            forwarded: false,
+        }
+    }
+
+    /// KIP-511: an ApiVersions v3+ request names the client software; a valid name and
+    /// version (Kafka's `ApiVersionsRequest.isValid`) are kept for the rest of the connection.
+    pub fn remember_client_software(&mut self, body: &Bytes, version: i16) {
+        if version < 3 {
+            return;
+        }
+        let Ok(req) = ApiVersionsRequest::decode(&mut body.clone(), version) else {
+            return;
+        };
+        if valid_software_field(&req.client_software_name)
+            && valid_software_field(&req.client_software_version)
+        {
+            self.client_information = ClientInformation {
+                software_name: req.client_software_name,
+                software_version: req.client_software_version,
+            };
+        }
+    }
+}
+
+/// Kafka's pattern for client software names and versions: `[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?`.
+fn valid_software_field(s: &str) -> bool {
+    let b = s.as_bytes();
+    let edge = |c: &u8| c.is_ascii_alphanumeric();
+    let inner = |c: &u8| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'.';
+    match b {
+        [] => false,
+        [only] => edge(only),
+        [first, mid @ .., last] => edge(first) && edge(last) && mid.iter().all(inner),
+    }
+}
+
+/// Serves one Kafka connection. `initial` holds bytes already read from the stream (a shared
+/// controller listener reads the first byte to tell Kafka from Raft).
 pub async fn serve(
     broker: Arc<Broker>,
     mut stream: TcpStream,
-    peer: SocketAddr,
+    mut conn: ConnectionInfo,
+    initial: BytesMut,
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
+    let peer = conn.peer;
     let max = broker.config.socket_request_max_bytes;
-    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let idle = std::time::Duration::from_millis(broker.config.connections_max_idle_ms.max(1));
+    let mut buf = initial;
+    buf.reserve(READ_CHUNK);
     let mut out = BytesMut::new();
     loop {
         // Handle every complete frame already buffered, then write their responses together.
@@ -33,7 +222,16 @@ pub async fn serve(
                 Ok(Some(n)) => {
                     buf.advance(4);
                     let payload = buf.split_to(n).freeze();
-                    match handlers::handle(&broker, payload).await {
+                    broker.in_flight.enter();
+                    if *stop.borrow() {
+                        // Shutting down: the logs may be closing; take no new request.
+                        broker.in_flight.leave();
+                        let _ = stream.write_all(&out).await;
+                        return;
+                    }
+                    let r = handlers::handle(&broker, &mut conn, payload).await;
+                    broker.in_flight.leave();
+                    match r {
                         // The common case is one response per read: hand its buffer over
                         // instead of copying it (a fetch response is mostly record bytes).
                         Ok(Some(resp)) if out.is_empty() => out = resp,
@@ -76,6 +274,12 @@ pub async fn serve(
                 Ok(_) => {}
             },
             _ = stop.changed() => return,
+            // connections.max.idle.ms: nothing received for that long (Kafka's Selector
+            // closes idle connections the same way).
+            _ = tokio::time::sleep(idle) => {
+                tracing::debug!(%peer, "closing idle connection");
+                return;
+            }
         }
     }
 }
@@ -88,4 +292,40 @@ fn frame_remaining(buf: &[u8]) -> usize {
     }
     let size = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]).max(0) as usize;
     (4 + size).saturating_sub(buf.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_waits_for_requests_in_flight() {
+        let f = Arc::new(InFlight::default());
+        assert!(f.wait_idle(std::time::Duration::from_millis(1)).await);
+        f.enter();
+        f.enter();
+        assert!(
+            !f.wait_idle(std::time::Duration::from_secs(5)).await,
+            "two in flight"
+        );
+        let g = f.clone();
+        let waiter =
+            tokio::spawn(async move { g.wait_idle(std::time::Duration::from_secs(5)).await });
+        tokio::task::yield_now().await;
+        f.leave();
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "one still in flight");
+        f.leave();
+        assert!(waiter.await.unwrap(), "idle once the last request is done");
+    }
+
+    #[test]
+    fn client_software_validation_as_kafka() {
+        for ok in ["librdkafka", "apache-kafka-java", "2.3.0", "a", "v1.0-rc.1"] {
+            assert!(valid_software_field(ok), "{ok}");
+        }
+        for bad in ["", "-x", "x-", "a b", "x_y", ".1"] {
+            assert!(!valid_software_field(bad), "{bad}");
+        }
+    }
 }

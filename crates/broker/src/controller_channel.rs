@@ -2,10 +2,13 @@
 //!
 //! On the node that is the active controller every call goes straight to the local
 //! [`QuorumController`]. Elsewhere it becomes a Kafka request (BrokerRegistration,
-//! AllocateProducerIds, CreateTopics) sent to the active controller's broker listener — in
-//! combined mode every controller is also a broker — and admin requests from clients are
-//! forwarded there byte for byte. A standby answers NOT_CONTROLLER; callers retry.
+//! BrokerHeartbeat, AlterPartition, AllocateProducerIds, CreateTopics) sent to the active
+//! controller's controller listener — the address its voter entry in the quorum names, the port
+//! that also carries Raft — and admin requests from clients are forwarded there in an Envelope
+//! carrying the client's principal (KIP-590). A standby answers NOT_CONTROLLER; callers retry.
 
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +24,9 @@ use strom_protocol::kafka::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::config::BrokerConfig;
+use crate::request_context::{serialize_principal, RequestContext};
+
 const CALL_TIMEOUT: Duration = Duration::from_secs(15);
 /// How often a call in flight checks that its controller is still the active one.
 const LEADER_CHECK: Duration = Duration::from_millis(50);
@@ -31,9 +37,37 @@ pub struct ControllerChannel {
     node_id: i32,
     controller: Arc<QuorumController>,
     metadata: Arc<RwLock<Arc<MetadataImage>>>,
-    /// One connection to the current active controller, used by one call at a time.
-    conn: tokio::sync::Mutex<Option<(i32, TcpStream)>>,
+    /// Every voter's controller listener.
+    controller_addrs: BTreeMap<i32, SocketAddr>,
+    /// The inter-broker listener's name and security protocol, for BrokerRegistration.
+    listener_name: String,
+    security_protocol: i16,
+    /// One connection per [`Lane`] to the current active controller, each used by one call at
+    /// a time: a heartbeat never waits behind a forwarded CreateTopics.
+    conns: [tokio::sync::Mutex<Option<(i32, TcpStream)>>; 3],
     correlation: std::sync::atomic::AtomicI32,
+}
+
+/// Kafka keeps a separate channel to the controller for heartbeats (`BrokerLifecycleManager`),
+/// for AlterPartition and for forwarding; so does Strom, so that a slow admin request does not
+/// hold back the heartbeats that keep this broker unfenced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// BrokerRegistration and BrokerHeartbeat.
+    Lifecycle = 0,
+    AlterPartition = 1,
+    /// Forwarded admin requests, auto-creation, AllocateProducerIds.
+    Forwarding = 2,
+}
+
+impl Lane {
+    fn of(api: ApiKey) -> Lane {
+        match api {
+            ApiKey::BrokerRegistration | ApiKey::BrokerHeartbeat => Lane::Lifecycle,
+            ApiKey::AlterPartition => Lane::AlterPartition,
+            _ => Lane::Forwarding,
+        }
+    }
 }
 
 fn not_controller(leader: Option<i32>) -> ControllerError {
@@ -41,6 +75,7 @@ fn not_controller(leader: Option<i32>) -> ControllerError {
 }
 
 impl ControllerChannel {
+    /// A channel for a node without a controller quorum (every call is local) or a test.
     pub fn new(
         node_id: i32,
         controller: Arc<QuorumController>,
@@ -50,30 +85,45 @@ impl ControllerChannel {
             node_id,
             controller,
             metadata,
-            conn: tokio::sync::Mutex::new(None),
+            controller_addrs: BTreeMap::new(),
+            listener_name: "PLAINTEXT".into(),
+            security_protocol: crate::listeners::SecurityProtocol::Plaintext.id(),
+            conns: Default::default(),
             correlation: std::sync::atomic::AtomicI32::new(1),
+        }
+    }
+
+    /// The broker's channel: the voters' controller listeners from the quorum, and the
+    /// inter-broker listener to register.
+    pub fn for_broker(
+        config: &BrokerConfig,
+        controller: Arc<QuorumController>,
+        metadata: Arc<RwLock<Arc<MetadataImage>>>,
+    ) -> Self {
+        let inter_broker = config.listeners.inter_broker_advertised();
+        Self {
+            controller_addrs: config.controller_quorum.clone().unwrap_or_default(),
+            listener_name: inter_broker.listener_name.clone(),
+            security_protocol: inter_broker.security_protocol.id(),
+            ..Self::new(config.node_id, controller, metadata)
         }
     }
 
     /// Sends a request frame payload (header and body) to the active controller and returns
     /// the response payload.
-    pub async fn forward_raw(&self, payload: &[u8]) -> Result<Bytes, ControllerError> {
+    pub async fn forward_raw(&self, lane: Lane, payload: &[u8]) -> Result<Bytes, ControllerError> {
         // One call at a time on the connection: the controller is looked up after the wait, so
         // a call queued behind one to a controller that has since lost its place goes to the
         // new one.
-        let mut guard = self.conn.lock().await;
+        let mut guard = self.conns[lane as usize].lock().await;
         let leader = self.controller.active_controller();
         let Some(leader) = leader.filter(|&l| l != self.node_id) else {
             return Err(not_controller(leader));
         };
-        let addr = {
-            let image = self.metadata.read();
-            let b = image
-                .brokers
-                .get(&leader)
-                .ok_or_else(|| not_controller(Some(leader)))?;
-            format!("{}:{}", b.host, b.port)
-        };
+        let addr = *self
+            .controller_addrs
+            .get(&leader)
+            .ok_or_else(|| not_controller(Some(leader)))?;
         if guard.as_ref().is_some_and(|(id, _)| *id != leader) {
             *guard = None;
         }
@@ -129,6 +179,33 @@ impl ControllerChannel {
         }
     }
 
+    /// Forwards a client's admin request (the frame payload `request`, header and body) to the
+    /// active controller in an Envelope carrying the client's principal and address, and
+    /// returns the embedded response payload. An envelope-level error (the controller moved,
+    /// or refused the envelope) is NOT_CONTROLLER for the caller.
+    pub async fn forward(
+        &self,
+        ctx: &RequestContext,
+        request: &Bytes,
+    ) -> Result<Bytes, ControllerError> {
+        let address = match ctx.client_address.ip() {
+            std::net::IpAddr::V4(a) => Bytes::copy_from_slice(&a.octets()),
+            std::net::IpAddr::V6(a) => Bytes::copy_from_slice(&a.octets()),
+        };
+        let req = EnvelopeRequest::default()
+            .with_request_data(request.clone())
+            .with_request_principal(Some(serialize_principal(&ctx.principal)))
+            .with_client_host_address(address);
+        let resp: EnvelopeResponse = self.call(ApiKey::Envelope, 0, &req).await?;
+        match (resp.error_code, resp.response_data) {
+            (0, Some(data)) => Ok(data),
+            (code, _) => {
+                tracing::debug!(code, "forwarded request refused by the controller");
+                Err(not_controller(self.controller.active_controller()))
+            }
+        }
+    }
+
     /// One typed request to the active controller.
     async fn call<Req: Encodable, Resp: Decodable>(
         &self,
@@ -153,7 +230,7 @@ impl ControllerChannel {
             .encode(&mut buf, api.request_header_version(version))
             .map_err(|e| io(&e))?;
         req.encode(&mut buf, version).map_err(|e| io(&e))?;
-        let mut resp = self.forward_raw(&buf).await?;
+        let mut resp = self.forward_raw(Lane::of(api), &buf).await?;
         let h = ResponseHeader::decode(&mut resp, api.response_header_version(version))
             .map_err(|e| io(&e))?;
         if h.correlation_id != corr {
@@ -180,9 +257,10 @@ impl ControllerChannel {
             .with_incarnation_id(uuid::Uuid::new_v4())
             .with_rack(rack.map(StrBytes::from_string))
             .with_listeners(vec![Listener::default()
-                .with_name(StrBytes::from_static_str("PLAINTEXT"))
+                .with_name(StrBytes::from_string(self.listener_name.clone()))
                 .with_host(StrBytes::from_string(host.to_string()))
-                .with_port(port as u16)]);
+                .with_port(port as u16)
+                .with_security_protocol(self.security_protocol)]);
         let resp: BrokerRegistrationResponse =
             self.call(ApiKey::BrokerRegistration, 0, &req).await?;
         code_to_result(resp.error_code, self.controller.active_controller())

@@ -15,6 +15,7 @@ pub mod connection;
 pub mod controller_channel;
 pub mod directory_assignments;
 pub mod handlers;
+pub mod listeners;
 pub mod log_chores;
 pub mod log_manager;
 pub mod metadata_loader;
@@ -23,11 +24,13 @@ pub mod producer_ids;
 pub mod purgatory;
 pub mod replica_manager;
 pub mod replication;
+pub mod request_context;
 pub mod server;
 
 use base64::Engine;
 use uuid::Uuid;
 
+pub use request_context::RequestContext;
 pub use server::{Broker, Server};
 
 /// Kafka prints topic and cluster ids as URL-safe base64 without padding.

@@ -3,27 +3,33 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use parking_lot::RwLock;
 use strom_controller::controller::TopicDefaults;
 use strom_controller::{ControllerError, MetadataImage, QuorumController};
 use strom_raft::QuorumConfig;
 use strom_storage::StorageError;
 use thiserror::Error;
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::config::BrokerConfig;
+use crate::connection::{ConnectionInfo, ConnectionQuotas};
 use crate::controller_channel::ControllerChannel;
+use crate::listeners::{EndPoint, ListenerScope};
 use crate::metadata_loader::{ImageHolder, MetadataLoader};
 use crate::producer_ids::ProducerIdManager;
 use crate::replica_manager::{ReplicaManager, Replication};
 use crate::replication::{
     AlterPartitionProposal, AlterPartitionSender, FetcherConfig, FetcherManager,
 };
+use crate::request_context::ListenerInfo;
 
 #[derive(Debug, Error)]
 pub enum ServerError {
@@ -36,6 +42,8 @@ pub enum ServerError {
     DataDirLocked(String),
     #[error("{0}")]
     MetaProperties(String),
+    #[error("cannot resolve listener address {0}")]
+    Resolve(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -57,6 +65,9 @@ pub struct Broker {
     pub channel: Arc<ControllerChannel>,
     metadata: Arc<RwLock<Arc<MetadataImage>>>,
     pub metadata_loader: Arc<MetadataLoader>,
+    /// Requests being handled, so that shutdown closes the logs only after the last of them
+    /// (no append after the clean-shutdown marker).
+    pub(crate) in_flight: crate::connection::InFlight,
 }
 
 impl Broker {
@@ -89,8 +100,94 @@ impl Broker {
 
 pub struct Server {
     broker: Arc<Broker>,
-    listener: TcpListener,
+    /// The broker-scope listeners, accepted from in [`Server::run`].
+    listeners: Vec<(ListenerInfo, TcpListener)>,
+    /// The controller listener's address, served from start-up on (Raft must be reachable
+    /// while the logs are still being opened).
+    controller_addr: Option<SocketAddr>,
+    stop_tx: watch::Sender<bool>,
+    stop_rx: watch::Receiver<bool>,
     _dir_locks: Vec<std::fs::File>,
+}
+
+/// Numbers connections for their Kafka-style connection ids.
+static CONNECTION_INDEX: AtomicU64 = AtomicU64::new(0);
+
+fn next_connection_index() -> u64 {
+    CONNECTION_INDEX.fetch_add(1, Ordering::Relaxed)
+}
+
+fn listener_info(config: &BrokerConfig, e: &EndPoint) -> ListenerInfo {
+    ListenerInfo {
+        name: Arc::from(e.listener_name.as_str()),
+        security_protocol: e.security_protocol,
+        scope: config.listeners.scope_of(&e.listener_name),
+    }
+}
+
+async fn bind(e: &EndPoint) -> Result<TcpListener, ServerError> {
+    let addr = e.bind_address();
+    let sock: SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(&addr)
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| ServerError::Resolve(addr.clone()))?;
+    TcpListener::bind(sock)
+        .await
+        .map_err(|source| ServerError::Bind { addr: sock, source })
+}
+
+/// The controller listener: Raft connections (told apart by their first byte, see
+/// [`strom_raft::PREAMBLE`]) go to the quorum, everything else is a Kafka connection served
+/// with the controller-scope API table once the broker exists.
+async fn serve_controller_listener(
+    listener: TcpListener,
+    info: ListenerInfo,
+    raft: strom_raft::RaftConnectionSender,
+    broker: watch::Receiver<Option<Arc<Broker>>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let local = listener.local_addr().ok();
+    loop {
+        let (mut stream, peer) = tokio::select! {
+            _ = stop.changed() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed on the controller listener");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let raft = raft.clone();
+        let mut broker = broker.clone();
+        let stop = stop.clone();
+        let info = info.clone();
+        tokio::spawn(async move {
+            let mut first = [0u8; 1];
+            if stream.read_exact(&mut first).await.is_err() {
+                return;
+            }
+            if first[0] == strom_raft::PREAMBLE[0] {
+                let mut rest = [0u8; 7];
+                if stream.read_exact(&mut rest).await.is_ok()
+                    && rest[..] == strom_raft::PREAMBLE[1..]
+                {
+                    raft.hand_over(stream).await;
+                } else {
+                    tracing::info!(%peer, "closing connection: bad frame on the controller listener");
+                }
+                return;
+            }
+            let Ok(b) = broker.wait_for(Option::is_some).await.map(|b| b.clone()) else {
+                return;
+            };
+            let Some(b) = b else { return };
+            let local = local.unwrap_or(peer);
+            let conn = ConnectionInfo::new(info, local, peer, next_connection_index());
+            crate::connection::serve(b, stream, conn, BytesMut::from(&first[..]), stop).await;
+        });
+    }
 }
 
 impl Server {
@@ -109,20 +206,57 @@ impl Server {
                 new_cluster_id(quorum.as_ref())
             })?;
 
-        let listener =
-            TcpListener::bind(config.listen)
-                .await
-                .map_err(|source| ServerError::Bind {
-                    addr: config.listen,
-                    source,
-                })?;
-        let local = listener.local_addr().map_err(|source| ServerError::Bind {
-            addr: config.listen,
-            source,
-        })?;
-        if config.advertised_port == 0 {
-            config.advertised_port = local.port() as i32;
+        // Bind every listener first, so a port in use fails start-up before anything else.
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut listeners = Vec::new();
+        let mut controller = None;
+        let endpoints = config.listeners.listeners.clone();
+        for e in &endpoints {
+            let l = bind(e).await?;
+            let local = l.local_addr().map_err(|source| ServerError::Bind {
+                addr: l
+                    .local_addr()
+                    .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0))),
+                source,
+            })?;
+            // A port of 0 is the bound port, for clients and the quorum alike.
+            for a in config.listeners.advertised.iter_mut() {
+                if a.listener_name == e.listener_name && a.port == 0 {
+                    a.port = local.port();
+                }
+            }
+            let info = listener_info(&config, e);
+            tracing::info!(listener = %e, bound = %local, scope = ?info.scope, "listening");
+            if info.scope == ListenerScope::Controller {
+                if controller.is_none() {
+                    controller = Some((info, l, local));
+                }
+            } else {
+                listeners.push((info, l));
+            }
         }
+        if config.advertised_port == 0 {
+            config.advertised_port = config.listeners.inter_broker_advertised().port as i32;
+        }
+        let controller_addr = controller.as_ref().map(|(_, _, a)| *a);
+        if let Some(a) = controller_addr {
+            config.controller_listen = Some(a);
+        }
+        let (broker_tx, broker_rx) = watch::channel::<Option<Arc<Broker>>>(None);
+        let raft_inbox = match controller {
+            Some((info, l, _)) => {
+                let (sender, inbox) = strom_raft::raft_connections();
+                tokio::spawn(serve_controller_listener(
+                    l,
+                    info,
+                    sender,
+                    broker_rx,
+                    stop_rx.clone(),
+                ));
+                Some(inbox)
+            }
+            None => None,
+        };
         let config = Arc::new(config);
 
         let defaults = TopicDefaults {
@@ -139,20 +273,22 @@ impl Server {
                     )
                 })?;
                 let voters = voters.iter().map(|(id, a)| (*id as u64, *a)).collect();
-                let quorum = QuorumConfig::new(
+                let mut quorum = QuorumConfig::new(
                     config.node_id as u64,
                     voters,
                     listen,
                     metadata_dir.join("raft"),
                 );
+                // Raft shares the controller listener with the broker-to-controller APIs.
+                quorum.incoming = raft_inbox.clone();
                 QuorumController::start_quorum(quorum, defaults).await?
             }
         });
         crate::log_chores::configure_file_cache(&config);
         let replica_manager = Arc::new(ReplicaManager::new(config.clone())?);
         let metadata = Arc::new(RwLock::new(controller.image()));
-        let channel = Arc::new(ControllerChannel::new(
-            config.node_id,
+        let channel = Arc::new(ControllerChannel::for_broker(
+            &config,
             controller.clone(),
             metadata.clone(),
         ));
@@ -196,30 +332,56 @@ impl Server {
         }
         tracing::info!(
             node_id = config.node_id,
-            listen = %local,
             advertised = %format!("{}:{}", config.advertised_host, config.advertised_port),
             log_dirs = ?config.log_dirs,
             cluster_id = %cluster_id,
             "strom broker started"
         );
+        let broker = Arc::new(Broker {
+            producer_ids: ProducerIdManager::new(channel.clone()),
+            channel,
+            config,
+            cluster_id,
+            controller,
+            replica_manager,
+            metadata,
+            metadata_loader,
+            in_flight: crate::connection::InFlight::default(),
+        });
+        // Kafka connections on the controller listener wait for this.
+        let _ = broker_tx.send(Some(broker.clone()));
         Ok(Self {
-            broker: Arc::new(Broker {
-                producer_ids: ProducerIdManager::new(channel.clone()),
-                channel,
-                config,
-                cluster_id,
-                controller,
-                replica_manager,
-                metadata,
-                metadata_loader,
-            }),
-            listener,
+            broker,
+            listeners,
+            controller_addr,
+            stop_tx,
+            stop_rx,
             _dir_locks: locks,
         })
     }
 
+    /// The bound address of the inter-broker listener (the first broker listener if it is not
+    /// bound here).
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().expect("bound listener")
+        let name = &self.broker.config.listeners.inter_broker_listener_name;
+        self.listeners
+            .iter()
+            .find(|(i, _)| &*i.name == name)
+            .or(self.listeners.first())
+            .and_then(|(_, l)| l.local_addr().ok())
+            .expect("a bound broker listener")
+    }
+
+    /// The bound address of the listener named `name` (any scope).
+    pub fn listener_addr(&self, name: &str) -> Option<SocketAddr> {
+        let name = name.to_ascii_uppercase();
+        if self.broker.config.listeners.scope_of(&name) == ListenerScope::Controller {
+            return self.controller_addr;
+        }
+        self.listeners
+            .iter()
+            .find(|(i, _)| *i.name == *name)
+            .and_then(|(_, l)| l.local_addr().ok())
     }
 
     pub fn broker(&self) -> Arc<Broker> {
@@ -228,7 +390,7 @@ impl Server {
 
     /// Serves until `shutdown` completes, then shuts down cleanly.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
-        let (stop_tx, stop_rx) = watch::channel(false);
+        let (stop_tx, stop_rx) = (self.stop_tx, self.stop_rx);
         let chores = tokio::spawn(background_chores(self.broker.clone(), stop_rx.clone()));
         let assignments = tokio::spawn(crate::directory_assignments::run(
             self.broker.clone(),
@@ -240,32 +402,34 @@ impl Server {
             .controller_quorum
             .is_some()
             .then(|| tokio::spawn(cluster_chores(self.broker.clone(), stop_rx.clone())));
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                _ = &mut shutdown => break,
-                accepted = self.listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
-                        let broker = self.broker.clone();
-                        let stop = stop_rx.clone();
-                        tokio::spawn(async move {
-                            crate::connection::serve(broker, stream, peer, stop).await;
-                        });
-                    }
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off instead of spinning.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                },
-            }
+        // The broker listeners stop accepting at the shutdown signal; their connections are
+        // served through the controlled shutdown, until `stop_tx`.
+        let (accept_stop_tx, accept_stop_rx) = watch::channel(false);
+        let quotas = Arc::new(ConnectionQuotas::new(&self.broker.config));
+        let accepting: Vec<_> = self
+            .listeners
+            .into_iter()
+            .map(|(info, l)| {
+                tokio::spawn(accept_loop(
+                    self.broker.clone(),
+                    quotas.clone(),
+                    info,
+                    l,
+                    accept_stop_rx.clone(),
+                    stop_rx.clone(),
+                ))
+            })
+            .collect();
+        shutdown.await;
+        let _ = accept_stop_tx.send(true);
+        for a in accepting {
+            let _ = a.await;
         }
         tracing::info!("shutting down");
         if self.broker.config.controller_quorum.is_some() {
             controlled_shutdown(&self.broker).await;
         }
         let _ = stop_tx.send(true);
-        drop(self.listener);
         let _ = chores.await;
         let _ = assignments.await;
         if let Some(c) = cluster {
@@ -274,8 +438,16 @@ impl Server {
         if let Some(r) = self.broker.replica_manager.replication() {
             r.fetchers.shutdown().await;
         }
-        // Connections finish the request they are in; give them a moment before closing logs.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Connections take no new request once stopped; wait for the ones being handled (a
+        // long-poll fetch or an acks=all produce ends at its own timeout; bounded anyway).
+        if !self
+            .broker
+            .in_flight
+            .wait_idle(IN_FLIGHT_SHUTDOWN_LIMIT)
+            .await
+        {
+            tracing::warn!("requests still in flight at shutdown; closing the logs anyway");
+        }
         self.broker.metadata_loader.shutdown().await;
         self.broker.replica_manager.shutdown()?;
         self.broker.controller.shutdown().await;
@@ -283,6 +455,54 @@ impl Server {
         Ok(())
     }
 }
+
+/// Accepts Kafka connections on one broker listener until `accept_stop`.
+async fn accept_loop(
+    broker: Arc<Broker>,
+    quotas: Arc<ConnectionQuotas>,
+    info: ListenerInfo,
+    listener: TcpListener,
+    mut accept_stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
+) {
+    let local = listener.local_addr().ok();
+    loop {
+        // max.connections: wait for a slot before accepting, as Kafka's acceptor does.
+        let total = tokio::select! {
+            _ = accept_stop.changed() => return,
+            permit = quotas.acquire_total() => match permit {
+                Some(p) => p,
+                None => return,
+            },
+        };
+        tokio::select! {
+            _ = accept_stop.changed() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let Some(slot) = quotas.admit(peer.ip(), total) else {
+                        tracing::info!(%peer, "closing connection: max.connections.per.ip reached");
+                        continue;
+                    };
+                    let broker = broker.clone();
+                    let stop = stop.clone();
+                    let conn = ConnectionInfo::new(info.clone(), local.unwrap_or(peer), peer, next_connection_index());
+                    tokio::spawn(async move {
+                        crate::connection::serve(broker, stream, conn, BytesMut::new(), stop).await;
+                        drop(slot);
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+}
+
+/// How long shutdown waits for requests being handled before it closes the logs.
+const IN_FLIGHT_SHUTDOWN_LIMIT: Duration = Duration::from_secs(30);
 
 /// How long a stopping broker waits for the controller to move its leaderships away before it
 /// stops anyway (the quorum may be gone, e.g. when the whole cluster is being stopped).

@@ -3,7 +3,6 @@
 //! - [`frame`]: length-prefixed framing and request-header peeking.
 //! - [`batch`]: a zero-copy view of RecordBatch v2 headers (the only part of a batch the broker
 //!   reads on the hot path), CRC32C validation and in-place offset/epoch patching.
-//! - [`apis`]: which API keys and version ranges Strom implements and advertises.
 //! - [`ErrorCode`]: Kafka's numeric error codes.
 //! - [`records`]: encoding and decoding individual records, for clients and tools only (never on
 //!   the broker's hot path).
@@ -11,7 +10,6 @@
 //! Message structs come from the `kafka-protocol` crate, which is generated from Kafka's JSON
 //! message specs; it is re-exported as [`kafka`].
 
-pub mod apis;
 pub mod batch;
 pub mod frame;
 pub mod testing;

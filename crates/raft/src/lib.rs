@@ -87,5 +87,6 @@ mod quorum;
 pub mod state_machine;
 pub mod types;
 
+pub use network::{raft_connections, RaftConnectionSender, RaftInbox, PREAMBLE};
 pub use quorum::{MetadataQuorum, QuorumConfig, QuorumError, QuorumStatus, Result};
 pub use state_machine::{HandlerError, StateMachineHandler};

@@ -1,6 +1,12 @@
-//! The transport between voters: one TCP connection per (peer, openraft client), carrying
-//! length-prefixed frames (`[len: u32 BE][bincode body]`) of [`Envelope`] requests and
-//! [`RpcResponse`] responses, one request in flight per connection.
+//! The transport between voters: one TCP connection per (peer, openraft client), opened with
+//! [`PREAMBLE`] and then carrying length-prefixed frames (`[len: u32 BE][bincode body]`) of
+//! [`Envelope`] requests and [`RpcResponse`] responses, one request in flight per connection.
+//!
+//! The preamble lets one port carry both Raft and Kafka requests, as a Kafka controller
+//! listener does: read as a Kafka frame size its first four bytes are negative, which no Kafka
+//! client sends. The application that owns such a shared listener reads the preamble itself and
+//! hands the stream over through [`raft_connections`]; a voter started without one binds
+//! [`crate::QuorumConfig::listen`] itself and checks the preamble on every connection.
 //!
 //! A client connects lazily, drops its connection on any error and connects again on the next
 //! call (a request that fails on a reused connection is retried once on a fresh one: a peer that
@@ -26,12 +32,52 @@ use openraft::{BasicNode, RPCTypes};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::types::{NodeId, Raft, TypeConfig};
 
 /// Largest frame accepted (a snapshot chunk or a batch of entries is far smaller).
 const MAX_FRAME: usize = 256 << 20;
+
+/// The first bytes a Raft client sends on a new connection. The first byte has its high bit
+/// set, so as the start of a Kafka frame size it would be negative: a listener that also serves
+/// Kafka requests tells the two apart by the first byte.
+pub const PREAMBLE: [u8; 8] = [0xFF, b'S', b'T', b'R', b'A', b'F', b'T', 1];
+
+/// The sending side of [`raft_connections`]: where the owner of a shared listener hands each
+/// Raft connection, its preamble already read.
+#[derive(Clone, Debug)]
+pub struct RaftConnectionSender(mpsc::Sender<TcpStream>);
+
+impl RaftConnectionSender {
+    /// Hands `stream` (preamble consumed) to the voter. Connections that arrive before the
+    /// voter has started wait in the channel; after it has stopped they are dropped.
+    pub async fn hand_over(&self, stream: TcpStream) {
+        let _ = self.0.send(stream).await;
+    }
+}
+
+/// The receiving side of [`raft_connections`], given to the voter in
+/// [`crate::QuorumConfig::incoming`]; taken once, when the voter starts.
+#[derive(Clone, Debug)]
+pub struct RaftInbox(Arc<parking_lot::Mutex<Option<mpsc::Receiver<TcpStream>>>>);
+
+impl RaftInbox {
+    pub(crate) fn take(&self) -> Option<mpsc::Receiver<TcpStream>> {
+        self.0.lock().take()
+    }
+}
+
+/// A channel for Raft connections accepted by the application (a controller listener that
+/// also carries Kafka requests) instead of a listener of the voter's own.
+pub fn raft_connections() -> (RaftConnectionSender, RaftInbox) {
+    let (tx, rx) = mpsc::channel(64);
+    (
+        RaftConnectionSender(tx),
+        RaftInbox(Arc::new(parking_lot::Mutex::new(Some(rx)))),
+    )
+}
 
 #[derive(Serialize, Deserialize)]
 pub(crate) struct Envelope {
@@ -98,11 +144,17 @@ pub(crate) async fn serve(listener: TcpListener, raft: Raft, node_id: NodeId) {
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
+                Ok((mut stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     let raft = raft.clone();
                     conns.spawn(async move {
-                        if let Err(e) = serve_connection(stream, raft, node_id).await {
+                        let mut preamble = [0u8; PREAMBLE.len()];
+                        let r = match stream.read_exact(&mut preamble).await {
+                            Ok(_) if preamble == PREAMBLE => serve_connection(stream, raft, node_id).await,
+                            Ok(_) => Err(io::Error::new(io::ErrorKind::InvalidData, "not a raft connection")),
+                            Err(e) => Err(e),
+                        };
+                        if let Err(e) = r {
                             tracing::debug!(%peer, error = %e, "raft connection closed");
                         }
                     });
@@ -117,7 +169,36 @@ pub(crate) async fn serve(listener: TcpListener, raft: Raft, node_id: NodeId) {
     }
 }
 
+/// Serves the Raft connections handed over through [`raft_connections`] until the task is
+/// aborted or every sender is gone.
+pub(crate) async fn serve_incoming(
+    mut incoming: mpsc::Receiver<TcpStream>,
+    raft: Raft,
+    node_id: NodeId,
+) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            stream = incoming.recv() => match stream {
+                Some(stream) => {
+                    let raft = raft.clone();
+                    conns.spawn(async move {
+                        let peer = stream.peer_addr().ok();
+                        if let Err(e) = serve_connection(stream, raft, node_id).await {
+                            tracing::debug!(?peer, error = %e, "raft connection closed");
+                        }
+                    });
+                }
+                None => return,
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+/// Serves one Raft connection whose preamble has been read, until the peer closes it.
 async fn serve_connection(mut stream: TcpStream, raft: Raft, node_id: NodeId) -> io::Result<()> {
+    let _ = stream.set_nodelay(true);
     while let Some(body) = read_frame(&mut stream).await? {
         let env: Envelope = bincode::deserialize(&body)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
@@ -218,6 +299,11 @@ impl PeerClient {
                 }
             };
         let _ = stream.set_nodelay(true);
+        let mut stream = stream;
+        stream
+            .write_all(&PREAMBLE)
+            .await
+            .map_err(CallError::Unreachable)?;
         self.stream = Some(stream);
         Ok(())
     }

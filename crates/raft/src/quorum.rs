@@ -45,6 +45,10 @@ pub struct QuorumConfig {
     pub segment_bytes: u64,
     /// How long [`MetadataQuorum::propose`] waits for the entry to be committed and applied.
     pub propose_timeout_ms: u64,
+    /// Raft connections accepted by the application ([`network::raft_connections`]), for a
+    /// controller listener that also carries Kafka requests. `None`: the voter binds `listen`
+    /// itself.
+    pub incoming: Option<network::RaftInbox>,
 }
 
 impl QuorumConfig {
@@ -67,8 +71,15 @@ impl QuorumConfig {
             keep_after_snapshot: 1_000,
             segment_bytes: 16 << 20,
             propose_timeout_ms: 10_000,
+            incoming: None,
         }
     }
+}
+
+/// Where a voter's Raft connections come from.
+enum Accept {
+    Listener(TcpListener),
+    Inbox(tokio::sync::mpsc::Receiver<tokio::net::TcpStream>),
 }
 
 /// Errors of the quorum.
@@ -172,7 +183,12 @@ impl MetadataQuorum {
         .validate()
         .map_err(|e| QuorumError::Config(e.to_string()))?;
 
-        let listener = TcpListener::bind(config.listen).await?;
+        let accept = match &config.incoming {
+            Some(inbox) => Accept::Inbox(inbox.take().ok_or_else(|| {
+                QuorumError::Config("the raft connection inbox is already in use".into())
+            })?),
+            None => Accept::Listener(TcpListener::bind(config.listen).await?),
+        };
         let voters = Arc::new(config.voters.clone());
         let connect_timeout = Duration::from_millis(config.election_timeout_ms.clamp(100, 1000));
         let factory = NetworkFactory {
@@ -183,7 +199,12 @@ impl MetadataQuorum {
         let raft = Raft::new(config.node_id, Arc::new(raft_config), factory, log, sm)
             .await
             .map_err(fatal)?;
-        let server = tokio::spawn(network::serve(listener, raft.clone(), config.node_id));
+        let server = match accept {
+            Accept::Listener(l) => tokio::spawn(network::serve(l, raft.clone(), config.node_id)),
+            Accept::Inbox(rx) => {
+                tokio::spawn(network::serve_incoming(rx, raft.clone(), config.node_id))
+            }
+        };
         let quorum = MetadataQuorum {
             node_id: config.node_id,
             metrics: raft.metrics(),

@@ -1,7 +1,6 @@
 //! `strom`: one binary that is the broker, the metadata controller and the command-line tools.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -54,19 +53,22 @@ enum Command {
 
 #[derive(clap::Args)]
 struct ServerArgs {
-    /// This node's id.
-    #[arg(long, default_value_t = 1)]
-    node_id: i32,
-    /// Address to accept Kafka clients on.
-    #[arg(long, default_value = "127.0.0.1:9092")]
-    listen: String,
+    /// This node's id (Kafka's node.id; default 1).
+    #[arg(long)]
+    node_id: Option<i32>,
+    /// Address to accept Kafka clients on: a PLAINTEXT listener (Kafka's
+    /// listeners=PLAINTEXT://HOST:PORT; default 127.0.0.1:9092).
+    #[arg(long)]
+    listen: Option<String>,
     /// Address clients are told to connect to (default: the listen address).
     #[arg(long)]
     advertised_listener: Option<String>,
     /// Directory for logs and metadata.
     #[arg(long, default_value = "./strom-data")]
     data_dir: PathBuf,
-    /// Where this node's controller listens for the other voters (cluster mode).
+    /// This node's controller listener (cluster mode): the quorum's Raft traffic and the
+    /// brokers' requests to the controller (Kafka's CONTROLLER listener). Default: this node's
+    /// address in --controller-quorum.
     #[arg(long)]
     controller_listen: Option<String>,
     /// The controller voters, `1@HOST:PORT,2@HOST:PORT,3@HOST:PORT` (Kafka's
@@ -76,7 +78,7 @@ struct ServerArgs {
     /// This broker's rack (broker.rack), for rack-aware replica placement.
     #[arg(long)]
     rack: Option<String>,
-    /// A Kafka-style .properties file.
+    /// A Kafka-style .properties file (e.g. Kafka's config/server.properties).
     #[arg(long)]
     config: Option<PathBuf>,
     /// A Kafka property, e.g. --set log.segment.bytes=1048576 (repeatable; wins over --config).
@@ -134,13 +136,6 @@ fn main() -> ExitCode {
     }
 }
 
-fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
-    addr.to_socket_addrs()
-        .with_context(|| format!("invalid address '{addr}' (expected HOST:PORT)"))?
-        .next()
-        .ok_or_else(|| anyhow!("address '{addr}' resolves to nothing"))
-}
-
 fn split_host_port(addr: &str) -> anyhow::Result<(String, i32)> {
     let (host, port) = addr
         .rsplit_once(':')
@@ -151,7 +146,11 @@ fn split_host_port(addr: &str) -> anyhow::Result<(String, i32)> {
     Ok((host.to_string(), port as i32))
 }
 
-async fn run_server(args: ServerArgs) -> anyhow::Result<()> {
+/// The Kafka properties of a server: the `--config` file, then `--set`, then the flags, which
+/// are shorthands for Kafka's keys (`--listen` is `listeners=PLAINTEXT://...`,
+/// `--controller-listen` adds a `CONTROLLER` listener named in `controller.listener.names`,
+/// `--controller-quorum` is `controller.quorum.voters`, `--node-id` is `node.id`).
+fn server_properties(args: &ServerArgs) -> anyhow::Result<BTreeMap<String, String>> {
     let mut props = BTreeMap::new();
     if let Some(path) = &args.config {
         let text = std::fs::read_to_string(path)
@@ -164,37 +163,69 @@ async fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         };
         props.insert(k.trim().to_string(), v.trim().to_string());
     }
-    let listen = resolve(&args.listen)?;
-    let advertised = args
-        .advertised_listener
-        .as_deref()
-        .map(split_host_port)
-        .transpose()?;
+    if let Some(id) = args.node_id {
+        props.insert("node.id".into(), id.to_string());
+    }
     if let Some(rack) = &args.rack {
         props.insert("broker.rack".into(), rack.clone());
     }
-    let mut config = BrokerConfig::new(args.node_id, listen, advertised, args.data_dir, props)?;
     if let Some(voters) = &args.controller_quorum {
-        let voters = strom_broker::config::parse_quorum_voters(voters)?;
-        if !voters.contains_key(&args.node_id) {
-            bail!(
-                "--controller-quorum does not name this node ({})",
-                args.node_id
-            );
-        }
-        let listen = match &args.controller_listen {
-            Some(a) => resolve(a)?,
-            None => voters[&args.node_id],
-        };
-        config.controller_listen = Some(listen);
-        config.controller_quorum = Some(voters);
-    } else if args.controller_listen.is_some() {
-        bail!("--controller-listen needs --controller-quorum");
+        props.insert("controller.quorum.voters".into(), voters.clone());
     }
+    let flags = args.listen.is_some() || args.controller_listen.is_some();
+    if flags || !props.contains_key("listeners") {
+        let listen = args.listen.as_deref().unwrap_or("127.0.0.1:9092");
+        let mut listeners = format!("PLAINTEXT://{listen}");
+        let controller = match &args.controller_listen {
+            Some(a) => Some(a.clone()),
+            // A voter listens where the quorum says it does.
+            None if args.controller_quorum.is_some() => {
+                let voters = strom_broker::config::parse_quorum_voters(
+                    args.controller_quorum.as_deref().unwrap_or_default(),
+                )?;
+                let id = props
+                    .get("node.id")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(1);
+                let addr = voters
+                    .get(&id)
+                    .ok_or_else(|| anyhow!("--controller-quorum does not name this node ({id})"))?;
+                Some(addr.to_string())
+            }
+            None => None,
+        };
+        if let Some(c) = controller {
+            listeners.push_str(&format!(",CONTROLLER://{c}"));
+            props.insert("controller.listener.names".into(), "CONTROLLER".into());
+            if args.controller_quorum.is_none() && !props.contains_key("controller.quorum.voters") {
+                bail!("--controller-listen needs --controller-quorum");
+            }
+        }
+        props.insert("listeners".into(), listeners);
+        if args.listen.is_some() {
+            // The flag's listener replaces the file's, and so does its advertised address.
+            props.remove("advertised.listeners");
+            props.remove("inter.broker.listener.name");
+        }
+    }
+    if let Some(a) = &args.advertised_listener {
+        let (host, port) = split_host_port(a)?;
+        props.insert(
+            "advertised.listeners".into(),
+            format!("PLAINTEXT://{host}:{port}"),
+        );
+    }
+    Ok(props)
+}
+
+async fn run_server(args: ServerArgs) -> anyhow::Result<()> {
+    let props = server_properties(&args)?;
+    let config = BrokerConfig::from_props(args.data_dir.clone(), props)?;
+    let node_id = config.node_id;
     let server = Server::start(config).await?;
     println!(
         "strom broker {} listening on {}",
-        args.node_id,
+        node_id,
         server.local_addr()
     );
     server.run(shutdown_signal()).await?;

@@ -1,5 +1,7 @@
-//! Broker-to-controller APIs, served by the active controller (in combined mode on its broker
-//! listener): BrokerRegistration and AllocateProducerIds (KIP-730).
+//! Broker-to-controller APIs, served on controller listeners only (Kafka's
+//! `controller.listener.names`): BrokerRegistration, BrokerHeartbeat, AlterPartition,
+//! AllocateProducerIds (KIP-730) and Envelope, which carries an admin request a broker forwards
+//! with its client's principal and address.
 
 use std::sync::Arc;
 
@@ -14,6 +16,14 @@ use strom_protocol::kafka::messages::{
     BrokerRegistrationResponse, ProducerId,
 };
 
+use bytes::Bytes;
+use strom_protocol::kafka::messages::{EnvelopeRequest, EnvelopeResponse};
+use strom_protocol::ErrorCode;
+
+use super::registry::{decode_body, HandlerFuture};
+use super::{encode, parse_request, ParsedRequest};
+use crate::listeners::ListenerScope;
+use crate::request_context::{deserialize_principal, RequestContext};
 use crate::server::Broker;
 
 pub async fn broker_registration(
@@ -192,4 +202,85 @@ pub async fn assign_replicas_to_dirs(
         }
         Err(e) => AssignReplicasToDirsResponse::default().with_error_code(e.code()),
     }
+}
+
+/// Envelope (KIP-590): runs the embedded request as the original client (principal and address
+/// from the envelope) through the controller listener's registry, and wraps its response.
+pub fn envelope<'a>(
+    broker: &'a Arc<Broker>,
+    ctx: &'a RequestContext,
+    mut body: Bytes,
+) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        let req: EnvelopeRequest = decode_body(&mut body, ctx)?;
+        let resp = match unwrap_envelope(ctx, req) {
+            Ok((inner_ctx, entry, inner_body)) => {
+                tracing::debug!(
+                    api = ?inner_ctx.api_key,
+                    principal = %inner_ctx.principal,
+                    client = %inner_ctx.client_address.ip(),
+                    "forwarded request"
+                );
+                match (entry.handle)(broker, &inner_ctx, inner_body).await {
+                    Ok(Some(mut framed)) => {
+                        // The handler framed its response; the envelope carries it unframed.
+                        let data = framed.split_off(4).freeze();
+                        EnvelopeResponse::default().with_response_data(Some(data))
+                    }
+                    Ok(None) => EnvelopeResponse::default(),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "forwarded request failed");
+                        EnvelopeResponse::default()
+                            .with_error_code(ErrorCode::InvalidRequest.code())
+                    }
+                }
+            }
+            Err(code) => EnvelopeResponse::default().with_error_code(code.code()),
+        };
+        encode(ctx.api_key, ctx.api_version, ctx.correlation_id(), &resp).map(Some)
+    })
+}
+
+type Unwrapped = (RequestContext, &'static super::registry::ApiEntry, Bytes);
+
+fn unwrap_envelope(ctx: &RequestContext, req: EnvelopeRequest) -> Result<Unwrapped, ErrorCode> {
+    let principal = match &req.request_principal {
+        Some(p) => deserialize_principal(p).ok_or(ErrorCode::PrincipalDeserializationFailure)?,
+        None => return Err(ErrorCode::PrincipalDeserializationFailure),
+    };
+    let ip: std::net::IpAddr = match req.client_host_address.len() {
+        4 => {
+            let b: [u8; 4] = req.client_host_address[..]
+                .try_into()
+                .map_err(|_| ErrorCode::InvalidRequest)?;
+            b.into()
+        }
+        16 => {
+            let b: [u8; 16] = req.client_host_address[..]
+                .try_into()
+                .map_err(|_| ErrorCode::InvalidRequest)?;
+            b.into()
+        }
+        _ => return Err(ErrorCode::InvalidRequest),
+    };
+    let (entry, header, body) = match parse_request(&req.request_data, ListenerScope::Controller) {
+        Ok(ParsedRequest::Request {
+            entry,
+            header,
+            body,
+        }) if entry.forwardable => (entry, header, body),
+        _ => return Err(ErrorCode::InvalidRequest),
+    };
+    let inner = RequestContext {
+        api_version: header.request_api_version,
+        header,
+        api_key: entry.key,
+        connection_id: ctx.connection_id.clone(),
+        client_address: std::net::SocketAddr::new(ip, 0),
+        listener: ctx.listener.clone(),
+        principal,
+        client_information: ctx.client_information.clone(),
+        forwarded: true,
+    };
+    Ok((inner, entry, body))
 }

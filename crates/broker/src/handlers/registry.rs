@@ -1,0 +1,448 @@
+//! The one table of the APIs Strom serves: (API key, version range, listener scope, handler).
+//! ApiVersions answers from it per listener, dispatch looks requests up in it, and the fuzz
+//! target decodes through it.
+//!
+//! A range must only cover versions whose every field the handler handles; ranges are clamped
+//! to what the generated `kafka-protocol` structs decode (Kafka 4.x dropped Produce < 3 and
+//! Fetch < 4, and so did the generator). Scopes follow the `listeners` field of Kafka's JSON
+//! message specs: the broker-to-controller APIs (BrokerRegistration, BrokerHeartbeat,
+//! AlterPartition, AllocateProducerIds, Envelope) are on controller listeners only; admin APIs
+//! decided by the controller are on both; the data-plane APIs on broker listeners only.
+//!
+//! Adding an API: a handler module with `async fn(&Arc<Broker>, Request, ...) -> Response` and
+//! one `api!` line below (or a hand-written [`HandlerFn`] when the handler needs the
+//! [`RequestContext`] or decides itself whether to answer).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use strom_protocol::kafka::messages::*;
+use strom_protocol::kafka::protocol::Decodable;
+
+use super::*;
+use crate::listeners::ListenerScope;
+use crate::request_context::RequestContext;
+use crate::server::Broker;
+
+pub type HandlerResult = Result<Option<BytesMut>, HandleError>;
+pub type HandlerFuture<'a> = Pin<Box<dyn Future<Output = HandlerResult> + Send + 'a>>;
+/// Decodes the body (the bytes after the request header), runs the API and returns the framed
+/// response (`None`: no response is due, as for Produce with acks=0).
+pub type HandlerFn = for<'a> fn(&'a Arc<Broker>, &'a RequestContext, Bytes) -> HandlerFuture<'a>;
+/// Decodes a body of this API at a version and drops it (the fuzz target's view of dispatch).
+pub type DecodeFn = fn(Bytes, i16) -> Result<(), String>;
+
+/// Which listeners serve an API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scopes {
+    pub broker: bool,
+    pub controller: bool,
+}
+
+impl Scopes {
+    pub fn contains(self, scope: ListenerScope) -> bool {
+        match scope {
+            ListenerScope::Broker => self.broker,
+            ListenerScope::Controller => self.controller,
+        }
+    }
+}
+
+const BROKER: Scopes = Scopes {
+    broker: true,
+    controller: false,
+};
+const CONTROLLER: Scopes = Scopes {
+    broker: false,
+    controller: true,
+};
+const BOTH: Scopes = Scopes {
+    broker: true,
+    controller: true,
+};
+
+pub struct ApiEntry {
+    pub key: ApiKey,
+    pub min_version: i16,
+    pub max_version: i16,
+    pub scopes: Scopes,
+    /// Decided by the active controller: on a broker listener of another node the request is
+    /// forwarded there in an Envelope (Kafka's `forwardable` APIs).
+    pub forwardable: bool,
+    pub handle: HandlerFn,
+    pub decode: DecodeFn,
+}
+
+impl ApiEntry {
+    pub fn serves(&self, version: i16) -> bool {
+        (self.min_version..=self.max_version).contains(&version)
+    }
+}
+
+/// Decodes a request body, mapping a failure to the error that closes the connection.
+pub(crate) fn decode_body<T: Decodable>(
+    body: &mut Bytes,
+    ctx: &RequestContext,
+) -> Result<T, HandleError> {
+    T::decode(body, ctx.api_version).map_err(|e| HandleError::Decode {
+        api: ctx.api_key,
+        version: ctx.api_version,
+        reason: e.to_string(),
+    })
+}
+
+/// One registry entry whose handler is `|broker, ctx, request, version| response-expression`.
+macro_rules! api {
+    ($key:ident, $min:expr, $max:expr, $scopes:expr, forward = $fwd:expr, $req:ty,
+     |$b:ident, $ctx:ident, $r:ident, $v:ident| $body:expr) => {
+        ApiEntry {
+            key: ApiKey::$key,
+            min_version: $min,
+            max_version: $max,
+            scopes: $scopes,
+            forwardable: $fwd,
+            handle: {
+                fn handle<'a>(
+                    broker: &'a Arc<Broker>,
+                    ctx: &'a RequestContext,
+                    mut body: Bytes,
+                ) -> HandlerFuture<'a> {
+                    Box::pin(async move {
+                        let $r: $req = decode_body(&mut body, ctx)?;
+                        #[allow(unused_variables)]
+                        let ($b, $ctx, $v) = (broker, ctx, ctx.api_version);
+                        let resp = $body;
+                        encode(ctx.api_key, ctx.api_version, ctx.correlation_id(), &resp).map(Some)
+                    })
+                }
+                handle
+            },
+            decode: {
+                fn decode(mut body: Bytes, version: i16) -> Result<(), String> {
+                    <$req>::decode(&mut body, version)
+                        .map(drop)
+                        .map_err(|e| e.to_string())
+                }
+                decode
+            },
+        }
+    };
+}
+
+fn decode_produce(mut body: Bytes, version: i16) -> Result<(), String> {
+    ProduceRequest::decode(&mut body, version)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// Produce: with acks=0 there is no response, and an error closes the connection so the
+/// client notices (Kafka's behaviour).
+fn produce<'a>(
+    broker: &'a Arc<Broker>,
+    ctx: &'a RequestContext,
+    mut body: Bytes,
+) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        let req: ProduceRequest = decode_body(&mut body, ctx)?;
+        let acks = req.acks;
+        let resp = produce::handle(broker, req, ctx.api_version).await;
+        if acks == 0 {
+            let failed = resp
+                .responses
+                .iter()
+                .flat_map(|t| &t.partition_responses)
+                .any(|p| p.error_code != 0);
+            return if failed {
+                Err(HandleError::AcksZeroFailure)
+            } else {
+                Ok(None)
+            };
+        }
+        encode(ctx.api_key, ctx.api_version, ctx.correlation_id(), &resp).map(Some)
+    })
+}
+
+fn decode_envelope(mut body: Bytes, version: i16) -> Result<(), String> {
+    EnvelopeRequest::decode(&mut body, version)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// Every API Strom serves.
+pub static REGISTRY: &[ApiEntry] = &[
+    ApiEntry {
+        key: ApiKey::Produce,
+        min_version: 3,
+        max_version: 11,
+        scopes: BROKER,
+        forwardable: false,
+        handle: produce,
+        decode: decode_produce,
+    },
+    api!(
+        Fetch,
+        4,
+        16,
+        BROKER,
+        forward = false,
+        FetchRequest,
+        |b, ctx, req, v| fetch::handle(b, req, v).await
+    ),
+    api!(
+        ListOffsets,
+        1,
+        8,
+        BROKER,
+        forward = false,
+        ListOffsetsRequest,
+        |b, ctx, req, v| list_offsets::handle(b, req, v)
+    ),
+    api!(
+        Metadata,
+        0,
+        12,
+        BROKER,
+        forward = false,
+        MetadataRequest,
+        |b, ctx, req, v| metadata::handle(b, req, v).await
+    ),
+    api!(
+        ApiVersions,
+        0,
+        4,
+        BOTH,
+        forward = false,
+        ApiVersionsRequest,
+        |b, ctx, req, v| api_versions::handle(ctx, req)
+    ),
+    api!(
+        CreateTopics,
+        2,
+        7,
+        BOTH,
+        forward = true,
+        CreateTopicsRequest,
+        |b, ctx, req, v| topics::create_topics(b, req, v).await
+    ),
+    api!(
+        DeleteTopics,
+        1,
+        6,
+        BOTH,
+        forward = true,
+        DeleteTopicsRequest,
+        |b, ctx, req, v| topics::delete_topics(b, req, v).await
+    ),
+    api!(
+        CreatePartitions,
+        0,
+        3,
+        BOTH,
+        forward = true,
+        CreatePartitionsRequest,
+        |b, ctx, req, v| topics::create_partitions(b, req).await
+    ),
+    api!(
+        DescribeConfigs,
+        1,
+        4,
+        BROKER,
+        forward = false,
+        DescribeConfigsRequest,
+        |b, ctx, req, v| configs::describe_configs(b, req, v)
+    ),
+    api!(
+        IncrementalAlterConfigs,
+        0,
+        1,
+        BOTH,
+        forward = true,
+        IncrementalAlterConfigsRequest,
+        |b, ctx, req, v| configs::incremental_alter_configs(b, req).await
+    ),
+    api!(
+        DescribeCluster,
+        0,
+        1,
+        BROKER,
+        forward = false,
+        DescribeClusterRequest,
+        |b, ctx, req, v| describe_cluster::handle(b, req)
+    ),
+    api!(
+        InitProducerId,
+        0,
+        5,
+        BROKER,
+        forward = false,
+        InitProducerIdRequest,
+        |b, ctx, req, v| init_producer_id::handle(b, req).await
+    ),
+    api!(
+        OffsetForLeaderEpoch,
+        2,
+        4,
+        BROKER,
+        forward = false,
+        OffsetForLeaderEpochRequest,
+        |b, ctx, req, v| offset_for_leader_epoch::handle(b, req)
+    ),
+    api!(
+        DeleteRecords,
+        0,
+        2,
+        BROKER,
+        forward = false,
+        DeleteRecordsRequest,
+        |b, ctx, req, v| delete_records::handle(b, req).await
+    ),
+    api!(
+        ElectLeaders,
+        0,
+        2,
+        BOTH,
+        forward = true,
+        ElectLeadersRequest,
+        |b, ctx, req, v| elect_leaders::handle(b, req, v).await
+    ),
+    api!(
+        AlterPartitionReassignments,
+        0,
+        0,
+        BOTH,
+        forward = true,
+        AlterPartitionReassignmentsRequest,
+        |b, ctx, req, v| reassignments::alter(b, req).await
+    ),
+    api!(
+        ListPartitionReassignments,
+        0,
+        0,
+        BOTH,
+        forward = true,
+        ListPartitionReassignmentsRequest,
+        |b, ctx, req, v| reassignments::list(b, req).await
+    ),
+    // Broker-to-controller APIs: controller listeners only.
+    api!(
+        BrokerRegistration,
+        0,
+        4,
+        CONTROLLER,
+        forward = false,
+        BrokerRegistrationRequest,
+        |b, ctx, req, v| internal::broker_registration(b, req).await
+    ),
+    api!(
+        BrokerHeartbeat,
+        0,
+        1,
+        CONTROLLER,
+        forward = false,
+        BrokerHeartbeatRequest,
+        |b, ctx, req, v| internal::broker_heartbeat(b, req).await
+    ),
+    api!(
+        AlterPartition,
+        2,
+        3,
+        CONTROLLER,
+        forward = false,
+        AlterPartitionRequest,
+        |b, ctx, req, v| internal::alter_partition(b, req, v).await
+    ),
+    api!(
+        AllocateProducerIds,
+        0,
+        0,
+        CONTROLLER,
+        forward = false,
+        AllocateProducerIdsRequest,
+        |b, ctx, req, v| internal::allocate_producer_ids(b, req).await
+    ),
+    api!(
+        AssignReplicasToDirs,
+        0,
+        0,
+        CONTROLLER,
+        forward = false,
+        AssignReplicasToDirsRequest,
+        |b, ctx, req, v| internal::assign_replicas_to_dirs(b, req).await
+    ),
+    ApiEntry {
+        key: ApiKey::Envelope,
+        min_version: 0,
+        max_version: 0,
+        scopes: CONTROLLER,
+        forwardable: false,
+        handle: internal::envelope,
+        decode: decode_envelope,
+    },
+];
+
+/// The entry for `api_key` if a listener of `scope` serves it.
+pub fn lookup(api_key: i16, scope: ListenerScope) -> Option<&'static ApiEntry> {
+    REGISTRY
+        .iter()
+        .find(|e| e.key as i16 == api_key && e.scopes.contains(scope))
+}
+
+/// `(api, min, max)` as ApiVersions on a listener of `scope` advertises them.
+pub fn api_versions(scope: ListenerScope) -> Vec<(ApiKey, i16, i16)> {
+    REGISTRY
+        .iter()
+        .filter(|e| e.scopes.contains(scope))
+        .map(|e| (e.key, e.min_version, e.max_version))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_fit_the_generated_structs() {
+        for e in REGISTRY {
+            let valid = e.key.valid_versions();
+            assert!(
+                e.min_version >= valid.min && e.max_version <= valid.max,
+                "{:?} {}..{} vs {valid}",
+                e.key,
+                e.min_version,
+                e.max_version
+            );
+            assert!(e.min_version <= e.max_version);
+            assert!(e.scopes.broker || e.scopes.controller, "{:?}", e.key);
+        }
+        let mut keys: Vec<i16> = REGISTRY.iter().map(|e| e.key as i16).collect();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), REGISTRY.len(), "one entry per API key");
+    }
+
+    #[test]
+    fn internal_apis_only_on_controller_listeners() {
+        for key in [
+            ApiKey::BrokerRegistration,
+            ApiKey::BrokerHeartbeat,
+            ApiKey::AlterPartition,
+            ApiKey::AllocateProducerIds,
+            ApiKey::AssignReplicasToDirs,
+            ApiKey::Envelope,
+        ] {
+            assert!(
+                lookup(key as i16, ListenerScope::Broker).is_none(),
+                "{key:?}"
+            );
+            assert!(
+                lookup(key as i16, ListenerScope::Controller).is_some(),
+                "{key:?}"
+            );
+        }
+        assert!(lookup(ApiKey::Produce as i16, ListenerScope::Controller).is_none());
+        assert!(lookup(ApiKey::ApiVersions as i16, ListenerScope::Controller).is_some());
+        assert!(lookup(9999, ListenerScope::Broker).is_none());
+    }
+}
