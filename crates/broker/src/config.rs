@@ -32,6 +32,7 @@ const KNOWN_BROKER_KEYS: &[&str] = &[
     "node.id",
     "log.dirs",
     "log.dir",
+    "metadata.log.dir",
     "num.partitions",
     "default.replication.factor",
     "auto.create.topics.enable",
@@ -69,6 +70,11 @@ pub struct BrokerConfig {
     pub advertised_host: String,
     pub advertised_port: i32,
     pub data_dir: PathBuf,
+    /// Kafka's `log.dirs` (comma-separated, wins over `log.dir`); default: `data_dir` alone.
+    /// New partitions go to the dir with the fewest partitions (`log_manager`).
+    pub log_dirs: Vec<PathBuf>,
+    /// Kafka's `metadata.log.dir`: where `__cluster_metadata-0` lives; default the first log dir.
+    pub metadata_log_dir: PathBuf,
     pub rack: Option<String>,
     /// Where this node's controller talks Raft to the other voters (cluster mode).
     pub controller_listen: Option<SocketAddr>,
@@ -162,6 +168,34 @@ fn parse<T: std::str::FromStr>(
     }
 }
 
+/// `log.dirs` if set, else `log.dir`, else `data_dir` (Kafka's `KafkaConfig.logDirs`).
+fn log_dirs_from(
+    props: &BTreeMap<String, String>,
+    data_dir: &std::path::Path,
+) -> Result<Vec<PathBuf>, ConfigError> {
+    let Some((key, value)) = ["log.dirs", "log.dir"]
+        .iter()
+        .find_map(|k| props.get(*k).map(|v| (*k, v)))
+    else {
+        return Ok(vec![data_dir.to_path_buf()]);
+    };
+    let dirs: Vec<PathBuf> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    let distinct: std::collections::BTreeSet<&PathBuf> = dirs.iter().collect();
+    if dirs.is_empty() || distinct.len() != dirs.len() {
+        return Err(ConfigError::InvalidValue {
+            key: key.into(),
+            value: value.clone(),
+            why: "expected a comma-separated list of distinct directories".into(),
+        });
+    }
+    Ok(dirs)
+}
+
 impl BrokerConfig {
     pub fn new(
         node_id: i32,
@@ -191,6 +225,11 @@ impl BrokerConfig {
                 })?;
             }
         }
+        let log_dirs = log_dirs_from(&props, &data_dir)?;
+        let metadata_log_dir = props
+            .get("metadata.log.dir")
+            .map(|d| PathBuf::from(d.trim()))
+            .unwrap_or_else(|| log_dirs[0].clone());
         let (advertised_host, advertised_port) =
             advertised.unwrap_or_else(|| (listen.ip().to_string(), listen.port() as i32));
         let cfg = Self {
@@ -199,6 +238,8 @@ impl BrokerConfig {
             advertised_host,
             advertised_port,
             data_dir,
+            log_dirs,
+            metadata_log_dir,
             rack: props.get("broker.rack").cloned(),
             controller_listen: None,
             controller_quorum: None,
@@ -382,6 +423,22 @@ mod tests {
         assert_eq!(c.log_config(&over).retention_ms, 7);
         assert_eq!(c.num_partitions, 1);
         assert!(c.auto_create_topics_enable);
+    }
+
+    #[test]
+    fn log_dirs_precedence() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(c.log_dirs, vec![PathBuf::from("/tmp/x")]);
+        assert_eq!(c.metadata_log_dir, PathBuf::from("/tmp/x"));
+        let c = cfg(&[("log.dir", "/a")]).unwrap();
+        assert_eq!(c.log_dirs, vec![PathBuf::from("/a")]);
+        let c = cfg(&[("log.dir", "/a"), ("log.dirs", "/b, /c")]).unwrap();
+        assert_eq!(c.log_dirs, vec![PathBuf::from("/b"), PathBuf::from("/c")]);
+        assert_eq!(c.metadata_log_dir, PathBuf::from("/b"));
+        let c = cfg(&[("log.dirs", "/b,/c"), ("metadata.log.dir", "/m")]).unwrap();
+        assert_eq!(c.metadata_log_dir, PathBuf::from("/m"));
+        assert!(cfg(&[("log.dirs", " , ")]).is_err());
+        assert!(cfg(&[("log.dirs", "/b,/b")]).is_err());
     }
 
     #[test]

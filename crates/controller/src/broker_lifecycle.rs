@@ -5,6 +5,7 @@
 use crate::cluster_control::BrokerHeartbeatManager;
 use crate::image::MetadataImage;
 use crate::record::MetadataRecord;
+use strom_protocol::ErrorCode;
 
 use super::{ControllerError, QuorumController};
 
@@ -22,7 +23,7 @@ impl QuorumController {
         let image = self.image();
         match image.brokers.get(&broker_id) {
             None => Err(ControllerError::Code {
-                code: 77,
+                code: ErrorCode::StaleBrokerEpoch.code(),
                 message: format!("No broker registration found for broker id {broker_id}"),
             }),
             Some(b) if b.fenced => {
@@ -56,7 +57,7 @@ impl QuorumController {
         let image = self.image();
         if !image.brokers.contains_key(&broker_id) {
             return Err(ControllerError::Code {
-                code: 77,
+                code: ErrorCode::StaleBrokerEpoch.code(),
                 message: format!("No broker registration found for broker id {broker_id}"),
             });
         }

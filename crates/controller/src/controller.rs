@@ -13,10 +13,11 @@ use uuid::Uuid;
 use crate::cluster_control::BrokerHeartbeatManager;
 use crate::image::MetadataImage;
 use crate::log::MetadataLog;
-use crate::placement::{assign_replicas, broker_racks, validate_assignment};
+use crate::placement::{new_partition_record, place_partitions, validate_assignment};
 use crate::record::MetadataRecord;
 use crate::state::{MetadataState, RaftStateMachine};
 use crate::{names, topic_config};
+use strom_protocol::ErrorCode;
 use strom_raft::{MetadataQuorum, QuorumConfig, QuorumError};
 
 /// Controller failures, each tied to the Kafka error it stands for. The broker maps them to wire
@@ -55,17 +56,17 @@ impl ControllerError {
     /// The Kafka error code (`Errors.java`) this error is answered with.
     pub fn code(&self) -> i16 {
         match self {
-            Self::TopicAlreadyExists(_) => 36,
-            Self::InvalidTopic(_) => 17,
-            Self::InvalidPartitions(_) => 37,
-            Self::InvalidReplicationFactor(_) => 38,
-            Self::InvalidReplicaAssignment(_) => 39,
-            Self::InvalidConfig(_) => 40,
-            Self::InvalidRequest(_) => 42,
-            Self::UnknownTopicOrPartition => 3,
-            Self::UnknownTopicId => 100,
-            Self::Io(_) => -1,
-            Self::NotController { .. } => 41,
+            Self::TopicAlreadyExists(_) => ErrorCode::TopicAlreadyExists.code(),
+            Self::InvalidTopic(_) => ErrorCode::InvalidTopicException.code(),
+            Self::InvalidPartitions(_) => ErrorCode::InvalidPartitions.code(),
+            Self::InvalidReplicationFactor(_) => ErrorCode::InvalidReplicationFactor.code(),
+            Self::InvalidReplicaAssignment(_) => ErrorCode::InvalidReplicaAssignment.code(),
+            Self::InvalidConfig(_) => ErrorCode::InvalidConfig.code(),
+            Self::InvalidRequest(_) => ErrorCode::InvalidRequest.code(),
+            Self::UnknownTopicOrPartition => ErrorCode::UnknownTopicOrPartition.code(),
+            Self::UnknownTopicId => ErrorCode::UnknownTopicId.code(),
+            Self::Io(_) => ErrorCode::UnknownServerError.code(),
+            Self::NotController { .. } => ErrorCode::NotController.code(),
             Self::Code { code, .. } => *code,
         }
     }
@@ -135,8 +136,10 @@ pub struct TopicDefaults {
     pub replication_factor: i16,
 }
 
-/// Receives every new metadata image, in log order (the broker's metadata publisher).
-pub type Publisher = Box<dyn Fn(&Arc<MetadataImage>) + Send + Sync>;
+/// Receives every new metadata image with what changed, in log order. It is called on the
+/// replay path (openraft's apply, under the image lock), so it must only hand the two on — the
+/// broker's `MetadataLoader` queues them for its publishers — and never block or do I/O.
+pub type Publisher = Box<dyn Fn(crate::delta::MetadataDelta, &Arc<MetadataImage>) + Send + Sync>;
 
 /// Where records are made durable: a local file (a single-node cluster) or the Raft quorum.
 enum Backend {
@@ -197,8 +200,8 @@ impl QuorumController {
         })
     }
 
-    /// Registers the function that receives every new image. It is called at once with the
-    /// current image.
+    /// Registers the function that receives every new image and its delta. It is called at once
+    /// with the current image (and a delta from nothing).
     pub fn set_publisher(&self, publisher: Publisher) {
         self.state.set_publisher(publisher);
     }
@@ -565,18 +568,7 @@ impl QuorumController {
             topic_config::validate(k, v).map_err(ControllerError::InvalidConfig)?;
             configs.insert(k.clone(), v.clone());
         }
-        let brokers: Vec<i32> = image.brokers.keys().copied().collect();
-        let racks = broker_racks(image);
         let assignment = if spec.assignments.is_empty() {
-            let partitions = match spec.num_partitions {
-                -1 => self.defaults.num_partitions,
-                n if n <= 0 => {
-                    return Err(ControllerError::InvalidPartitions(
-                        "Number of partitions was set to an invalid non-positive value.".into(),
-                    ))
-                }
-                n => n,
-            };
             let rf =
                 match spec.replication_factor {
                     -1 => self.defaults.replication_factor,
@@ -586,20 +578,27 @@ impl QuorumController {
                     )),
                     n => n,
                 };
-            if rf as usize > brokers.len() {
-                return Err(ControllerError::InvalidReplicationFactor(format!(
-                    "Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be reached because only {} broker(s) are registered.",
-                    brokers.len()
-                )));
-            }
-            assign_replicas(partitions, rf as usize, &racks, None, 0)
+            let partitions = match spec.num_partitions {
+                -1 => self.defaults.num_partitions,
+                n if n <= 0 => {
+                    return Err(ControllerError::InvalidPartitions(
+                        "Number of partitions was set to an invalid non-positive value.".into(),
+                    ))
+                }
+                n => n,
+            };
+            place_partitions(image, partitions, rf as usize, 0).map_err(|e| {
+                ControllerError::InvalidReplicationFactor(format!(
+                    "Unable to replicate the partition {rf} time(s): {e}"
+                ))
+            })?
         } else {
             if spec.num_partitions != -1 || spec.replication_factor != -1 {
                 return Err(ControllerError::InvalidRequest(
                     "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into(),
                 ));
             }
-            validate_assignment(&spec.assignments, 0, &brokers)?
+            validate_assignment(image, &spec.assignments, 0, None)?
         };
         let topic_id = Uuid::new_v4();
         let mut records = vec![MetadataRecord::Topic {
@@ -614,7 +613,12 @@ impl QuorumController {
             });
         }
         for (p, replicas) in assignment.iter().enumerate() {
-            records.push(partition_record(topic_id, p as i32, replicas.clone()));
+            records.push(partition_record(
+                image,
+                topic_id,
+                p as i32,
+                replicas.clone(),
+            )?);
         }
         Ok((
             CreatedTopic {
@@ -694,17 +698,16 @@ impl QuorumController {
         let current = t.partitions.len() as i32;
         if count < current {
             return Err(ControllerError::InvalidPartitions(format!(
-                "Topic currently has {current} partitions, which is higher than the requested {count}."
+                "The topic {topic} currently has {current} partition(s); {count} would not be an increase."
             )));
         }
         if count == current {
             return Err(ControllerError::InvalidPartitions(format!(
-                "Topic already has {current} partitions."
+                "Topic already has {current} partition(s)."
             )));
         }
-        let brokers: Vec<i32> = image.brokers.keys().copied().collect();
-        let racks = broker_racks(&image);
         let new = count - current;
+        let rf = t.partitions.values().next().map_or(1, |p| p.replicas.len());
         let plan = match assignments {
             Some(a) => {
                 if a.len() as i32 != new {
@@ -718,18 +721,10 @@ impl QuorumController {
                     .enumerate()
                     .map(|(i, r)| (current + i as i32, r))
                     .collect();
-                validate_assignment(&indexed, current, &brokers)?
+                validate_assignment(&image, &indexed, current, Some(rf))?
             }
-            None => {
-                let rf = t.partitions.values().next().map_or(1, |p| p.replicas.len());
-                if rf > brokers.len() {
-                    return Err(ControllerError::InvalidReplicationFactor(format!(
-                        "Unable to replicate the partition {rf} time(s): only {} broker(s) are registered.",
-                        brokers.len()
-                    )));
-                }
-                assign_replicas(new, rf, &racks, None, current)
-            }
+            None => place_partitions(&image, new, rf, current)
+                .map_err(ControllerError::InvalidReplicationFactor)?,
         };
         if validate_only {
             return Ok(());
@@ -737,8 +732,8 @@ impl QuorumController {
         let records = plan
             .into_iter()
             .enumerate()
-            .map(|(i, replicas)| partition_record(t.id, current + i as i32, replicas))
-            .collect();
+            .map(|(i, replicas)| partition_record(&image, t.id, current + i as i32, replicas))
+            .collect::<Result<_, _>>()?;
         self.commit(records).await
     }
 
@@ -861,23 +856,33 @@ impl QuorumController {
     }
 }
 
-fn partition_record(topic_id: Uuid, partition: i32, replicas: Vec<i32>) -> MetadataRecord {
-    MetadataRecord::Partition {
-        topic_id,
-        partition,
-        leader: replicas[0],
-        isr: replicas.clone(),
-        replicas,
-        leader_epoch: 0,
-        partition_epoch: 0,
-        adding_replicas: Vec::new(),
-        removing_replicas: Vec::new(),
-    }
+/// A new partition's record, led by its first live replica. Placement and validation only hand
+/// out replica sets with one, so the error is a guard, answered as Kafka does for an ISR that
+/// would be empty.
+fn partition_record(
+    image: &MetadataImage,
+    topic_id: Uuid,
+    partition: i32,
+    replicas: Vec<i32>,
+) -> Result<MetadataRecord, ControllerError> {
+    let rf = replicas.len();
+    new_partition_record(image, topic_id, partition, replicas).ok_or_else(|| {
+        ControllerError::InvalidReplicationFactor(format!(
+            "Unable to replicate the partition {rf} time(s): All brokers are currently fenced or in controlled shutdown."
+        ))
+    })
 }
 
 #[path = "broker_lifecycle.rs"]
 mod broker_lifecycle;
 
+#[path = "log_dirs.rs"]
+pub mod log_dirs;
+
 #[cfg(test)]
 #[path = "controller_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "placement_tests.rs"]
+mod placement_tests;

@@ -9,12 +9,14 @@
 //!
 //! - [`record`]: the metadata records.
 //! - [`image`]: the replayed state, published to the broker as an immutable snapshot.
+//! - [`delta`]: what one replayed batch changed, published with the new image.
 //! - [`log`]: the durable, checksummed record log.
 //! - [`topic_config`]: the topic-level configs, their defaults, types and validation.
 //! - [`names`]: Kafka's topic-name rules.
 //! - [`controller`]: request handling (create/delete topics, partitions, configs).
 
 pub mod controller;
+pub mod delta;
 pub mod image;
 pub mod log;
 pub mod names;
@@ -22,9 +24,11 @@ pub mod record;
 pub mod state;
 pub mod topic_config;
 
+pub use controller::log_dirs;
 pub use controller::{
     ControllerError, CreateTopicSpec, ProducerIdBlock, QuorumController, PRODUCER_ID_BLOCK_SIZE,
 };
+pub use delta::{LocalPartition, LocalReplicaChanges, MetadataDelta, RemovedTopic};
 pub use image::{BrokerInfo, MetadataImage, PartitionRegistration, TopicImage};
 pub use log::MetadataLog;
 pub use record::MetadataRecord;

@@ -15,6 +15,7 @@
 //! - an unclean election (only when allowed) picks the first usable replica and makes the ISR
 //!   just that replica.
 
+use strom_protocol::ErrorCode;
 use uuid::Uuid;
 
 use crate::image::{MetadataImage, PartitionRegistration};
@@ -197,14 +198,14 @@ impl AlterPartitionError {
     /// The Kafka error code (`Errors.java`).
     pub fn code(&self) -> i16 {
         match self {
-            Self::StaleBrokerEpoch(_) => 77,
-            Self::UnknownTopicId => 100,
-            Self::UnknownTopicOrPartition => 3,
-            Self::NotController => 41,
-            Self::FencedLeaderEpoch => 74,
-            Self::InvalidRequest(_) => 42,
-            Self::InvalidUpdateVersion => 95,
-            Self::IneligibleReplica(_) => 107,
+            Self::StaleBrokerEpoch(_) => ErrorCode::StaleBrokerEpoch.code(),
+            Self::UnknownTopicId => ErrorCode::UnknownTopicId.code(),
+            Self::UnknownTopicOrPartition => ErrorCode::UnknownTopicOrPartition.code(),
+            Self::NotController => ErrorCode::NotController.code(),
+            Self::FencedLeaderEpoch => ErrorCode::FencedLeaderEpoch.code(),
+            Self::InvalidRequest(_) => ErrorCode::InvalidRequest.code(),
+            Self::InvalidUpdateVersion => ErrorCode::InvalidUpdateVersion.code(),
+            Self::IneligibleReplica(_) => ErrorCode::IneligibleReplica.code(),
         }
     }
 }
@@ -328,10 +329,10 @@ impl ElectLeadersError {
     /// The Kafka error code (`Errors.java`).
     pub fn code(&self) -> i16 {
         match self {
-            Self::UnknownTopicOrPartition(_) => 3,
-            Self::ElectionNotNeeded => 84,
-            Self::PreferredLeaderNotAvailable => 80,
-            Self::EligibleLeadersNotAvailable => 83,
+            Self::UnknownTopicOrPartition(_) => ErrorCode::UnknownTopicOrPartition.code(),
+            Self::ElectionNotNeeded => ErrorCode::ElectionNotNeeded.code(),
+            Self::PreferredLeaderNotAvailable => ErrorCode::PreferredLeaderNotAvailable.code(),
+            Self::EligibleLeadersNotAvailable => ErrorCode::EligibleLeadersNotAvailable.code(),
         }
     }
 }
@@ -371,7 +372,7 @@ pub fn preferred_leader_election(
         partition,
         reg,
         reg.isr.clone(),
-        |b| image.broker_is_active(b),
+        |b| image.replica_can_lead(b, &topic_id, partition),
         ElectionKind::Preferred,
     )
     .map(|r| vec![r])
@@ -396,7 +397,7 @@ pub fn unclean_leader_election(
         partition,
         reg,
         reg.isr.clone(),
-        |b| image.broker_is_active(b),
+        |b| image.replica_can_lead(b, &topic_id, partition),
         ElectionKind::Unclean,
     )
     .map(|r| vec![r])
@@ -418,9 +419,9 @@ impl ReassignmentError {
     /// The Kafka error code (`Errors.java`).
     pub fn code(&self) -> i16 {
         match self {
-            Self::UnknownTopicOrPartition(_) => 3,
-            Self::InvalidReplicaAssignment(_) => 39,
-            Self::NoReassignmentInProgress(_) => 85,
+            Self::UnknownTopicOrPartition(_) => ErrorCode::UnknownTopicOrPartition.code(),
+            Self::InvalidReplicaAssignment(_) => ErrorCode::InvalidReplicaAssignment.code(),
+            Self::NoReassignmentInProgress(_) => ErrorCode::NoReassignmentInProgress.code(),
         }
     }
 }

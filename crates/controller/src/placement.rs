@@ -4,8 +4,11 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 
+use uuid::Uuid;
+
 use crate::controller::ControllerError;
 use crate::image::MetadataImage;
+use crate::record::MetadataRecord;
 
 pub(crate) fn broker_racks(image: &MetadataImage) -> Vec<(i32, Option<String>)> {
     image
@@ -169,43 +172,132 @@ pub fn assign_replicas_rack_unaware(
     out
 }
 
+/// Validates a manual assignment of partitions `first_partition ..` (Kafka's
+/// `validateManualPartitionAssignment` plus the checks around it in `createTopic` /
+/// `createPartitions`): every replica registered and named once, one replication factor
+/// (`expected_rf`, the topic's, when growing it), and at least one replica that can lead —
+/// with none the partition could never come online. `indexed`: the partition numbers come with
+/// the request (CreateTopics) and must be consecutive from `first_partition`; otherwise they are
+/// `first_partition + i` (CreatePartitions).
 pub(crate) fn validate_assignment(
+    image: &MetadataImage,
     assignments: &[(i32, Vec<i32>)],
     first_partition: i32,
-    brokers: &[i32],
+    expected_rf: Option<usize>,
 ) -> Result<Vec<Vec<i32>>, ControllerError> {
-    let mut sorted: Vec<&(i32, Vec<i32>)> = assignments.iter().collect();
-    sorted.sort_by_key(|(p, _)| *p);
-    let rf = sorted.first().map_or(0, |(_, r)| r.len());
-    let mut out = Vec::new();
-    for (i, (p, replicas)) in sorted.iter().enumerate() {
-        if *p != first_partition + i as i32 {
-            return Err(ControllerError::InvalidReplicaAssignment(
-                "Partitions must be consecutive and start at the current partition count.".into(),
+    let invalid = |m: String| Err(ControllerError::InvalidReplicaAssignment(m));
+    let mut by_partition: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+    let mut rf = expected_rf;
+    for (p, replicas) in assignments {
+        if by_partition.contains_key(p) {
+            return invalid(format!(
+                "Found multiple manual partition assignments for partition {p}"
             ));
         }
         if replicas.is_empty() {
-            return Err(ControllerError::InvalidReplicaAssignment(format!(
-                "The manual partition assignment includes a partition with no replicas: partition {p}."
-            )));
+            return invalid(
+                "The manual partition assignment includes an empty replica list.".into(),
+            );
         }
-        if replicas.len() != rf {
-            return Err(ControllerError::InvalidReplicaAssignment(
-                "All partitions should have the same number of replicas.".into(),
+        let mut sorted = replicas.clone();
+        sorted.sort_unstable();
+        for (i, b) in sorted.iter().enumerate() {
+            if !image.brokers.contains_key(b) {
+                return invalid(format!(
+                    "The manual partition assignment includes broker {b}, but no such broker is registered."
+                ));
+            }
+            if i > 0 && sorted[i - 1] == *b {
+                return invalid(format!(
+                    "The manual partition assignment includes the broker {b} more than once."
+                ));
+            }
+        }
+        if let Some(rf) = rf.filter(|&rf| rf != replicas.len()) {
+            return invalid(format!(
+                "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with previous partitions, which have {rf} replica(s).",
+                replicas.len()
             ));
         }
-        let distinct: HashSet<&i32> = replicas.iter().collect();
-        if distinct.len() != replicas.len() {
-            return Err(ControllerError::InvalidReplicaAssignment(format!(
-                "The manual partition assignment specifies the same node id more than once: partition {p}."
-            )));
+        rf = Some(replicas.len());
+        if !replicas.iter().any(|&b| image.broker_is_active(b)) {
+            return invalid(format!(
+                "All brokers specified in the manual partition assignment for partition {p} are fenced or in controlled shutdown."
+            ));
         }
-        if let Some(b) = replicas.iter().find(|b| !brokers.contains(b)) {
-            return Err(ControllerError::InvalidReplicaAssignment(format!(
-                "The manual partition assignment includes broker {b}, but no such broker is registered."
-            )));
-        }
-        out.push(replicas.clone());
+        by_partition.insert(*p, replicas.clone());
     }
-    Ok(out)
+    let consecutive = by_partition
+        .keys()
+        .enumerate()
+        .all(|(i, &p)| p == first_partition + i as i32);
+    if !consecutive {
+        return invalid("partitions should be a consecutive 0-based integer sequence".into());
+    }
+    Ok(by_partition.into_values().collect())
+}
+
+/// The brokers automatic placement may use (Kafka's `ClusterDescriber.usableBrokers` with the
+/// fenced ones dropped): registered, unfenced and not in controlled shutdown. A replica on a
+/// dead broker would start outside the ISR, and as the first replica it would lead.
+pub(crate) fn usable_broker_racks(image: &MetadataImage) -> Vec<(i32, Option<String>)> {
+    broker_racks(image)
+        .into_iter()
+        .filter(|(b, _)| image.broker_is_active(*b))
+        .collect()
+}
+
+/// Places `partitions` new partitions numbered from `start_partition` on the usable brokers,
+/// with the placer's checks (`StripedReplicaPlacer.place`); the error is the placer's message,
+/// which CreateTopics prefixes and CreatePartitions answers as is.
+pub(crate) fn place_partitions(
+    image: &MetadataImage,
+    partitions: i32,
+    replication_factor: usize,
+    start_partition: i32,
+) -> Result<Vec<Vec<i32>>, String> {
+    let usable = usable_broker_racks(image);
+    if usable.is_empty() {
+        return Err("All brokers are currently fenced.".into());
+    }
+    if replication_factor > usable.len() {
+        return Err(format!(
+            "The target replication factor of {replication_factor} cannot be reached because only {} broker(s) are registered.",
+            usable.len()
+        ));
+    }
+    Ok(assign_replicas(
+        partitions,
+        replication_factor,
+        &usable,
+        None,
+        start_partition,
+    ))
+}
+
+/// The record of a new partition (Kafka's `buildPartitionRegistration`): the ISR is the
+/// replicas that can lead, in replica order, and the first of them leads. `None` when no
+/// replica can lead.
+pub(crate) fn new_partition_record(
+    image: &MetadataImage,
+    topic_id: Uuid,
+    partition: i32,
+    replicas: Vec<i32>,
+) -> Option<MetadataRecord> {
+    let isr: Vec<i32> = replicas
+        .iter()
+        .copied()
+        .filter(|&b| image.broker_is_active(b))
+        .collect();
+    Some(MetadataRecord::Partition {
+        topic_id,
+        partition,
+        leader: *isr.first()?,
+        isr,
+        replicas,
+        leader_epoch: 0,
+        partition_epoch: 0,
+        adding_replicas: Vec::new(),
+        removing_replicas: Vec::new(),
+    })
 }

@@ -7,6 +7,7 @@ use parking_lot::{Mutex, RwLock};
 use strom_raft::{HandlerError, StateMachineHandler};
 
 use crate::controller::Publisher;
+use crate::delta::MetadataDelta;
 use crate::image::MetadataImage;
 use crate::record::MetadataRecord;
 
@@ -21,22 +22,30 @@ impl MetadataState {
         self.image.read().clone()
     }
 
+    /// Registers the publisher; it is called at once with the current image (and a delta from
+    /// nothing), then with every new image in log order.
     pub fn set_publisher(&self, publisher: Publisher) {
         // Under the image lock so no replay can slip between the first call and registration.
         let guard = self.image.write();
-        publisher(&guard);
+        publisher(
+            MetadataDelta::between(&MetadataImage::default(), &guard),
+            &guard,
+        );
         *self.publisher.lock() = Some(publisher);
     }
 
-    /// Replays records onto the current image and publishes the result. The write lock is held
-    /// through publishing so observers see images in log order.
+    /// Replays records onto the current image and publishes the result with what changed. The
+    /// write lock is held through publishing so observers see images in log order; the
+    /// publisher only hands them on (it must not block), so no I/O happens under the lock.
     pub fn apply(&self, records: &[MetadataRecord]) {
         let mut guard = self.image.write();
         let mut image = (**guard).clone();
+        let mut delta = MetadataDelta::default();
         for r in records {
+            delta.record(&image, r);
             image.replay(r);
         }
-        self.install(&mut guard, image);
+        self.install(&mut guard, delta, image);
     }
 
     /// Replaces the image with one rebuilt from `records` alone (a snapshot).
@@ -46,13 +55,14 @@ impl MetadataState {
         for r in records {
             image.replay(r);
         }
-        self.install(&mut guard, image);
+        let delta = MetadataDelta::between(&guard, &image);
+        self.install(&mut guard, delta, image);
     }
 
-    fn install(&self, guard: &mut Arc<MetadataImage>, image: MetadataImage) {
+    fn install(&self, guard: &mut Arc<MetadataImage>, delta: MetadataDelta, image: MetadataImage) {
         *guard = Arc::new(image);
         if let Some(publish) = self.publisher.lock().as_ref() {
-            publish(guard);
+            publish(delta, guard);
         }
     }
 }
@@ -100,6 +110,13 @@ pub fn image_to_records(image: &MetadataImage) -> Vec<MetadataRecord> {
                 removing_replicas: reg.removing_replicas.clone(),
             });
         }
+    }
+    for (&broker_id, replicas) in &image.offline_replicas {
+        out.push(MetadataRecord::ReplicaDirectories {
+            broker_id,
+            directory: crate::log_dirs::DIRECTORY_LOST,
+            replicas: replicas.iter().copied().collect(),
+        });
     }
     if image.next_producer_id > 0 {
         out.push(MetadataRecord::ProducerIds {

@@ -186,11 +186,12 @@ async fn alter_one(
             c.value.as_ref().map(|v| v.to_string()),
         ));
     }
-    match broker
+    let outcome = broker
         .controller
         .incremental_alter_topic_configs(r.resource_name.as_str(), &ops, validate_only)
-        .await
-    {
+        .await;
+    broker.sync_metadata().await;
+    match outcome {
         Ok(()) => res,
         Err(e) => res
             .with_error_code(e.code())

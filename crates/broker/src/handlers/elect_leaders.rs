@@ -31,6 +31,7 @@ pub async fn handle(
         .controller
         .elect_leaders(election_type, requested.clone())
         .await;
+    broker.sync_metadata().await;
     let mut by_topic: BTreeMap<String, Vec<PartitionResult>> = BTreeMap::new();
     let mut top_error = 0;
     match outcome {

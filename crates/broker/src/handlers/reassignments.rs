@@ -35,11 +35,12 @@ pub async fn alter(
         .collect();
     let mut by_topic: BTreeMap<String, Vec<ReassignablePartitionResponse>> = BTreeMap::new();
     let mut resp = AlterPartitionReassignmentsResponse::default();
-    match broker
+    let outcome = broker
         .controller
         .alter_partition_reassignments(requested.clone())
-        .await
-    {
+        .await;
+    broker.sync_metadata().await;
+    match outcome {
         Ok(results) => {
             for (topic, partition, r) in results {
                 let out = ReassignablePartitionResponse::default().with_partition_index(partition);
