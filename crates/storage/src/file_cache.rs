@@ -101,9 +101,10 @@ impl FileCache {
     pub fn set_capacity(&self, capacity: usize) {
         self.capacity
             .store(capacity.max(MIN_OPEN_FILES), Ordering::Relaxed);
+        let cap = self.effective_capacity();
         let closed = {
             let mut inner = self.inner.lock();
-            self.evict(&mut inner)
+            Self::evict(&mut inner, cap)
         };
         drop(closed);
     }
@@ -114,9 +115,9 @@ impl FileCache {
     }
 
     /// Removes the oldest entries over the cap and returns them, so the caller closes them after
-    /// the lock is released (`close` can block on NFS).
-    fn evict(&self, inner: &mut Inner) -> Vec<Arc<File>> {
-        let cap = self.effective_capacity();
+    /// the lock is released (`close` can block on NFS). `cap` is read before the lock is taken
+    /// (it costs a `getrlimit`).
+    fn evict(inner: &mut Inner, cap: usize) -> Vec<Arc<File>> {
         let mut closed = Vec::new();
         while inner.open.len() > cap {
             let Some((_, id)) = inner.lru.pop_first() else {
@@ -141,7 +142,7 @@ impl FileCache {
                     let mut inner = self.inner.lock();
                     let cap = (inner.open.len() / 2).max(MIN_OPEN_FILES);
                     self.capacity.store(cap, Ordering::Relaxed);
-                    (self.evict(&mut inner), cap)
+                    (Self::evict(&mut inner, cap), cap)
                 };
                 tracing::warn!(
                     error = %e,
@@ -171,6 +172,7 @@ impl FileCache {
     /// Inserts a freshly opened file; if another thread opened the same slot meanwhile, its
     /// handle wins and ours is closed.
     fn insert(&self, id: u64, file: File) -> Arc<File> {
+        let cap = self.effective_capacity();
         let (file, closed) = {
             let mut inner = self.inner.lock();
             inner.tick += 1;
@@ -191,7 +193,7 @@ impl FileCache {
                     },
                 );
                 inner.lru.insert(tick, id);
-                let closed = self.evict(&mut inner);
+                let closed = Self::evict(&mut inner, cap);
                 (file, closed)
             }
         };
