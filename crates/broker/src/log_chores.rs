@@ -9,8 +9,8 @@ use crate::config::BrokerConfig;
 use crate::replica_manager::ReplicaManager;
 
 /// Broker property: how many segment files (`.log`, `.index`, `.timeindex`) all logs may keep
-/// open at once. Kafka has no such key (it keeps every file open); Strom's default is half the
-/// process's soft open-files limit, read after the broker raised it to the hard limit.
+/// open at once. Kafka has no such key (it keeps every file open). The cap in force is never
+/// more than half the process's current soft open-files limit, which is also the default.
 pub const MAX_OPEN_FILES_KEY: &str = "strom.log.max.open.files";
 
 /// Sets the process-wide file cap from `strom.log.max.open.files` if given. Call before logs are
@@ -32,7 +32,7 @@ pub fn configure_file_cache(config: &BrokerConfig) {
         None => {}
     }
     tracing::info!(
-        max_open_files = cache.capacity(),
+        max_open_files = cache.effective_capacity(),
         "segment files are opened on demand through a shared cache"
     );
 }

@@ -89,13 +89,22 @@ impl FileCache {
         self.capacity.load(Ordering::Relaxed)
     }
 
+    /// The cap in force: the configured one, but never more than half the process's soft
+    /// open-files limit as it is now (the limit can be lowered while the broker runs, e.g. with
+    /// `prlimit`), so the cache never takes the descriptors sockets and checkpoints need.
+    /// `getrlimit` is read on each cache miss, which costs far less than the `open` it precedes.
+    pub fn effective_capacity(&self) -> usize {
+        self.capacity().min(default_max_open_files())
+    }
+
     /// Changes the cap; files over it are closed at once (oldest first).
     pub fn set_capacity(&self, capacity: usize) {
         self.capacity
             .store(capacity.max(MIN_OPEN_FILES), Ordering::Relaxed);
+        let cap = self.effective_capacity();
         let closed = {
             let mut inner = self.inner.lock();
-            self.evict(&mut inner)
+            Self::evict(&mut inner, cap)
         };
         drop(closed);
     }
@@ -106,9 +115,9 @@ impl FileCache {
     }
 
     /// Removes the oldest entries over the cap and returns them, so the caller closes them after
-    /// the lock is released (`close` can block on NFS).
-    fn evict(&self, inner: &mut Inner) -> Vec<Arc<File>> {
-        let cap = self.capacity();
+    /// the lock is released (`close` can block on NFS). `cap` is read before the lock is taken
+    /// (it costs a `getrlimit`).
+    fn evict(inner: &mut Inner, cap: usize) -> Vec<Arc<File>> {
         let mut closed = Vec::new();
         while inner.open.len() > cap {
             let Some((_, id)) = inner.lru.pop_first() else {
@@ -119,6 +128,33 @@ impl FileCache {
             }
         }
         closed
+    }
+
+    /// Runs `open`; if the process is out of descriptors (EMFILE/ENFILE: the cap was set above
+    /// what the limit leaves, or sockets took the room) closes the older half of the cached
+    /// files, lowers the cap to what stays open so the cache does not refill into the same
+    /// wall, and tries once more. A second failure is returned (the broker answers
+    /// KAFKA_STORAGE_ERROR for it).
+    fn open_relieving(&self, open: impl Fn() -> io::Result<File>) -> io::Result<File> {
+        match open() {
+            Err(e) if is_out_of_descriptors(&e) => {
+                let (closed, cap) = {
+                    let mut inner = self.inner.lock();
+                    let cap = (inner.open.len() / 2).max(MIN_OPEN_FILES);
+                    self.capacity.store(cap, Ordering::Relaxed);
+                    (Self::evict(&mut inner, cap), cap)
+                };
+                tracing::warn!(
+                    error = %e,
+                    closed = closed.len(),
+                    max_open_files = cap,
+                    "out of file descriptors: closed idle segment files and lowered the cap"
+                );
+                drop(closed);
+                open()
+            }
+            r => r,
+        }
     }
 
     fn get(&self, id: u64) -> Option<Arc<File>> {
@@ -136,6 +172,7 @@ impl FileCache {
     /// Inserts a freshly opened file; if another thread opened the same slot meanwhile, its
     /// handle wins and ours is closed.
     fn insert(&self, id: u64, file: File) -> Arc<File> {
+        let cap = self.effective_capacity();
         let (file, closed) = {
             let mut inner = self.inner.lock();
             inner.tick += 1;
@@ -156,7 +193,7 @@ impl FileCache {
                     },
                 );
                 inner.lru.insert(tick, id);
-                let closed = self.evict(&mut inner);
+                let closed = Self::evict(&mut inner, cap);
                 (file, closed)
             }
         };
@@ -198,6 +235,13 @@ impl std::fmt::Debug for FileSlot {
     }
 }
 
+fn is_out_of_descriptors(e: &io::Error) -> bool {
+    matches!(
+        rustix::io::Errno::from_io_error(e),
+        Some(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE)
+    )
+}
+
 fn open_rw(path: &Path, create: bool) -> io::Result<File> {
     OpenOptions::new()
         .read(true)
@@ -221,7 +265,7 @@ impl FileSlot {
     /// Creates (or empties) the file and keeps it open in the cache, since a new file is about
     /// to be written.
     pub fn create(cache: &Arc<FileCache>, path: PathBuf) -> io::Result<Self> {
-        let file = open_rw(&path, true)?;
+        let file = cache.open_relieving(|| open_rw(&path, true))?;
         let slot = Self::existing(cache, path);
         slot.dirty.store(true, Ordering::Relaxed);
         cache.insert(slot.id, file);
@@ -239,7 +283,7 @@ impl FileSlot {
             return Ok(f);
         }
         let path = self.path();
-        let file = open_rw(&path, false)?;
+        let file = self.cache.open_relieving(|| open_rw(&path, false))?;
         Ok(self.cache.insert(self.id, file))
     }
 
@@ -350,6 +394,54 @@ mod tests {
         );
         drop(slots);
         assert_eq!(cache.open_files(), 0);
+    }
+
+    #[test]
+    fn out_of_descriptors_closes_half_lowers_the_cap_and_retries_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = FileCache::new(1000);
+        let slots: Vec<FileSlot> = (0..100)
+            .map(|i| FileSlot::create(&cache, dir.path().join(format!("{i}.log"))).unwrap())
+            .collect();
+        assert_eq!(cache.open_files(), 100);
+        let emfile = || io::Error::from(rustix::io::Errno::MFILE);
+        let attempts = AtomicUsize::new(0);
+        let path = dir.path().join("0.log");
+        let file = cache
+            .open_relieving(|| {
+                if attempts.fetch_add(1, Ordering::Relaxed) == 0 {
+                    Err(emfile())
+                } else {
+                    open_rw(&path, false)
+                }
+            })
+            .unwrap();
+        drop(file);
+        assert_eq!(attempts.load(Ordering::Relaxed), 2);
+        assert_eq!((cache.capacity(), cache.open_files()), (50, 50));
+        // The most recently used files stayed open.
+        assert!(cache.get(slots[99].id).is_some());
+        assert!(cache.get(slots[0].id).is_none());
+        // Still out of descriptors after the relief: the error is returned, not retried again.
+        let attempts = AtomicUsize::new(0);
+        let err = cache
+            .open_relieving(|| {
+                attempts.fetch_add(1, Ordering::Relaxed);
+                Err(emfile())
+            })
+            .unwrap_err();
+        assert!(is_out_of_descriptors(&err));
+        assert_eq!(attempts.load(Ordering::Relaxed), 2);
+        // Other errors are returned at once.
+        let attempts = AtomicUsize::new(0);
+        let err = cache
+            .open_relieving(|| {
+                attempts.fetch_add(1, Ordering::Relaxed);
+                Err(io::Error::from(io::ErrorKind::NotFound))
+            })
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert_eq!(attempts.load(Ordering::Relaxed), 1);
     }
 
     #[test]

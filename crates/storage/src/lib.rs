@@ -16,7 +16,9 @@
 //!   files on use and the least recently used are closed over the cap, so thousands of
 //!   partitions do not need three descriptors each. The broker sets the cap with the Strom
 //!   property `strom.log.max.open.files` (Kafka has no such key: it keeps every file open);
-//!   the default is half the process's soft `RLIMIT_NOFILE` when the cache is first used.
+//!   it never exceeds half the process's soft `RLIMIT_NOFILE` (read again on each cache miss),
+//!   which is also the default. An open that still fails with EMFILE closes the older half
+//!   of the cached files and is retried once.
 //!
 //! Segments that leave a log (retention, DeleteRecords, truncation) are renamed with Kafka's
 //! `.deleted` suffix and removed `file.delete.delay.ms` later ([`UnifiedLog::delete_due_files`]);

@@ -509,31 +509,35 @@ impl UnifiedLog {
     /// left behind.
     fn roll_at(&mut self, base: i64, now_ms: i64) -> Result<(), StorageError> {
         let active_base = self.active().base_offset();
-        if self.active().size() == 0 {
-            if active_base == base {
-                return Ok(());
-            }
-            // Empty, so readers holding it read nothing from it; published with the new one.
-            let old = self.segments.remove(&active_base).expect("active");
-            if let Err(e) = self.remove_segment(old, now_ms) {
-                // `read` serves from the snapshot, so it must not keep listing the removed one.
-                self.publish_segments();
-                return Err(e);
-            }
-        } else {
+        let replace_empty = self.active().size() == 0;
+        if replace_empty && active_base == base {
+            return Ok(());
+        }
+        if !replace_empty {
             self.active_mut().on_become_inactive()?;
         }
+        // The new segment goes in before the empty one goes out (their bases differ, so no
+        // file name is shared): a failed rename below must not leave the log without one.
         let seg = LogSegment::create(&self.cache, &self.dir, base, &self.config, now_ms)?;
         self.segments.insert(base, seg);
+        // Empty, so readers still holding it read nothing from it.
+        let replaced = if replace_empty {
+            self.segments.remove(&active_base)
+        } else {
+            None
+        };
         self.publish_segments();
         self.dir_dirty = true;
-        // Kafka snapshots producer state at each roll, so recovery replays at most one segment.
-        if self.producer_state.map_end_offset() == base {
-            self.producer_state.take_snapshot()?;
-        }
         if self.segments.len() == 1 {
             self.log_start_offset = self.log_start_offset.max(base);
             self.publish_offsets();
+        }
+        if let Some(old) = replaced {
+            self.remove_segment(old, now_ms)?;
+        }
+        // Kafka snapshots producer state at each roll, so recovery replays at most one segment.
+        if self.producer_state.map_end_offset() == base {
+            self.producer_state.take_snapshot()?;
         }
         Ok(())
     }

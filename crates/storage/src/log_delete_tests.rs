@@ -148,3 +148,37 @@ fn due_files_can_be_taken_and_removed_outside_the_log() {
     // Removing again (already gone) is not an error.
     crate::remove_deleted_files(&due).unwrap();
 }
+
+/// A follower batch far beyond the empty active segment replaces it (offsets past i32 of its
+/// base); when renaming the old files fails, the log must still have an active segment.
+#[test]
+fn a_failed_rename_of_the_replaced_empty_segment_leaves_a_usable_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), LogConfig::default());
+    // A non-empty directory where the renamed file would go makes the rename fail.
+    let blocker = dir.path().join("00000000000000000000.log.deleted");
+    std::fs::create_dir(&blocker).unwrap();
+    std::fs::write(blocker.join("x"), b"x").unwrap();
+    let far = 3_000_000_000i64;
+    let mut b = batch(2);
+    b[0..8].copy_from_slice(&far.to_be_bytes());
+    assert!(matches!(
+        log.append_as_follower(&b, T0),
+        Err(StorageError::Io(_))
+    ));
+    // The log moved to the new segment and goes on working.
+    assert_eq!(log.num_segments(), 1);
+    assert_eq!(log.log_start_offset(), far);
+    log.append_as_follower(&b, T0).unwrap();
+    assert_eq!(log.log_end_offset(), far + 2);
+    assert_eq!(offsets(&read_all(&log, far)), [(far, far + 1)]);
+    assert_eq!(
+        offsets(
+            &log.reader()
+                .read(far, 1 << 20, i64::MAX, true)
+                .unwrap()
+                .records
+        ),
+        [(far, far + 1)]
+    );
+}

@@ -33,6 +33,14 @@ fn small_segments(b: &[u8]) -> LogConfig {
     }
 }
 
+/// The broker hands readers to fetch tasks and threads: this fails to compile if one of the
+/// bounds is lost.
+#[test]
+fn reader_is_clone_send_sync_and_static() {
+    fn assert_bounds<T: Clone + Send + Sync + 'static>() {}
+    assert_bounds::<LogReader>();
+}
+
 #[test]
 fn reader_answers_as_read_does() {
     let dir = tempfile::tempdir().unwrap();
