@@ -32,6 +32,7 @@ const KNOWN_BROKER_KEYS: &[&str] = &[
     "node.id",
     "log.dirs",
     "log.dir",
+    "metadata.log.dir",
     "num.partitions",
     "default.replication.factor",
     "auto.create.topics.enable",
@@ -59,6 +60,7 @@ const KNOWN_BROKER_KEYS: &[&str] = &[
     "replica.fetch.backoff.ms",
     "replica.socket.timeout.ms",
     "producer.id.expiration.check.interval.ms",
+    crate::log_chores::MAX_OPEN_FILES_KEY,
 ];
 
 #[derive(Debug, Clone)]
@@ -68,6 +70,11 @@ pub struct BrokerConfig {
     pub advertised_host: String,
     pub advertised_port: i32,
     pub data_dir: PathBuf,
+    /// Kafka's `log.dirs` (comma-separated, wins over `log.dir`); default: `data_dir` alone.
+    /// New partitions go to the dir with the fewest partitions (`log_manager`).
+    pub log_dirs: Vec<PathBuf>,
+    /// Kafka's `metadata.log.dir`: where `__cluster_metadata-0` lives; default the first log dir.
+    pub metadata_log_dir: PathBuf,
     pub rack: Option<String>,
     /// Where this node's controller talks Raft to the other voters (cluster mode).
     pub controller_listen: Option<SocketAddr>,
@@ -161,6 +168,34 @@ fn parse<T: std::str::FromStr>(
     }
 }
 
+/// `log.dirs` if set, else `log.dir`, else `data_dir` (Kafka's `KafkaConfig.logDirs`).
+fn log_dirs_from(
+    props: &BTreeMap<String, String>,
+    data_dir: &std::path::Path,
+) -> Result<Vec<PathBuf>, ConfigError> {
+    let Some((key, value)) = ["log.dirs", "log.dir"]
+        .iter()
+        .find_map(|k| props.get(*k).map(|v| (*k, v)))
+    else {
+        return Ok(vec![data_dir.to_path_buf()]);
+    };
+    let dirs: Vec<PathBuf> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    let distinct: std::collections::BTreeSet<&PathBuf> = dirs.iter().collect();
+    if dirs.is_empty() || distinct.len() != dirs.len() {
+        return Err(ConfigError::InvalidValue {
+            key: key.into(),
+            value: value.clone(),
+            why: "expected a comma-separated list of distinct directories".into(),
+        });
+    }
+    Ok(dirs)
+}
+
 impl BrokerConfig {
     pub fn new(
         node_id: i32,
@@ -190,6 +225,11 @@ impl BrokerConfig {
                 })?;
             }
         }
+        let log_dirs = log_dirs_from(&props, &data_dir)?;
+        let metadata_log_dir = props
+            .get("metadata.log.dir")
+            .map(|d| PathBuf::from(d.trim()))
+            .unwrap_or_else(|| log_dirs[0].clone());
         let (advertised_host, advertised_port) =
             advertised.unwrap_or_else(|| (listen.ip().to_string(), listen.port() as i32));
         let cfg = Self {
@@ -198,6 +238,8 @@ impl BrokerConfig {
             advertised_host,
             advertised_port,
             data_dir,
+            log_dirs,
+            metadata_log_dir,
             rack: props.get("broker.rack").cloned(),
             controller_listen: None,
             controller_quorum: None,
@@ -271,6 +313,14 @@ impl BrokerConfig {
                         .and_then(|h| h.parse::<i64>().ok())
                         .map(|h| ((h * 3_600_000).to_string(), "log.roll.hours"))
                 }),
+            // Kafka: `log.flush.interval.ms` unset falls back to the flusher's own interval.
+            "flush.ms" => p
+                .get("log.flush.interval.ms")
+                .map(|v| (v.clone(), "log.flush.interval.ms"))
+                .or_else(|| {
+                    p.get("log.flush.scheduler.interval.ms")
+                        .map(|v| (v.clone(), "log.flush.scheduler.interval.ms"))
+                }),
             _ => None,
         };
         derived.or_else(|| p.get(def.broker_key).map(|v| (v.clone(), def.broker_key)))
@@ -312,6 +362,8 @@ impl BrokerConfig {
                 "segment.index.bytes" => c.segment_index_bytes = int() as u32,
                 "max.message.bytes" => c.max_message_bytes = int() as u32,
                 "flush.messages" => c.flush_interval_messages = int(),
+                "flush.ms" => c.flush_ms = int(),
+                "file.delete.delay.ms" => c.file_delete_delay_ms = int(),
                 "message.timestamp.type" => {
                     c.message_timestamp_type = if v == "LogAppendTime" {
                         TimestampType::LogAppendTime
@@ -371,6 +423,22 @@ mod tests {
         assert_eq!(c.log_config(&over).retention_ms, 7);
         assert_eq!(c.num_partitions, 1);
         assert!(c.auto_create_topics_enable);
+    }
+
+    #[test]
+    fn log_dirs_precedence() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(c.log_dirs, vec![PathBuf::from("/tmp/x")]);
+        assert_eq!(c.metadata_log_dir, PathBuf::from("/tmp/x"));
+        let c = cfg(&[("log.dir", "/a")]).unwrap();
+        assert_eq!(c.log_dirs, vec![PathBuf::from("/a")]);
+        let c = cfg(&[("log.dir", "/a"), ("log.dirs", "/b, /c")]).unwrap();
+        assert_eq!(c.log_dirs, vec![PathBuf::from("/b"), PathBuf::from("/c")]);
+        assert_eq!(c.metadata_log_dir, PathBuf::from("/b"));
+        let c = cfg(&[("log.dirs", "/b,/c"), ("metadata.log.dir", "/m")]).unwrap();
+        assert_eq!(c.metadata_log_dir, PathBuf::from("/m"));
+        assert!(cfg(&[("log.dirs", " , ")]).is_err());
+        assert!(cfg(&[("log.dirs", "/b,/b")]).is_err());
     }
 
     #[test]

@@ -304,6 +304,26 @@ impl ControllerChannel {
         code_to_result(code, self.controller.active_controller())
     }
 
+    /// AssignReplicasToDirs (KIP-858): which log dir this broker's replicas are in, Kafka's
+    /// `DirectoryId.LOST` for offline ones (see `directory_assignments`).
+    pub async fn assign_replicas_to_dirs(
+        &self,
+        dirs: &[strom_controller::log_dirs::DirectoryAssignment],
+        unclean_default: bool,
+    ) -> Result<(), ControllerError> {
+        if self.controller.is_active() {
+            return self
+                .controller
+                .assign_replicas_to_dirs(self.node_id, dirs, unclean_default)
+                .await
+                .map(|_| ());
+        }
+        let req = crate::directory_assignments::request(self.node_id, dirs);
+        let resp: AssignReplicasToDirsResponse =
+            self.call(ApiKey::AssignReplicasToDirs, 0, &req).await?;
+        code_to_result(resp.error_code, self.controller.active_controller())
+    }
+
     /// A heartbeat to the active controller, which keeps this broker unfenced.
     pub async fn heartbeat(
         &self,

@@ -5,16 +5,22 @@
 //! - [`connection`]: one task per connection; requests are answered in order, on the task that
 //!   read them (no hand-off to another thread on the request path).
 //! - [`handlers`]: one module per Kafka API; each maps internal errors to that API's codes.
-//! - [`replica_manager`] / [`partition`]: hosted partitions, their logs, HW and delayed fetches.
+//! - [`replica_manager`] / [`partition`]: hosted partitions, their logs, HW, the fetch path.
+//! - [`purgatory`]: delayed operations (acks=all produce, fetch long-poll, DeleteRecords; later
+//!   join / sync / heartbeat and transaction markers), completed on events or timeouts.
 //! - [`config`]: Kafka-named broker properties and per-topic log configs.
 
 pub mod config;
 pub mod connection;
 pub mod controller_channel;
+pub mod directory_assignments;
 pub mod handlers;
+pub mod log_chores;
+pub mod log_manager;
 pub mod metadata_loader;
 pub mod partition;
 pub mod producer_ids;
+pub mod purgatory;
 pub mod replica_manager;
 pub mod replication;
 pub mod server;

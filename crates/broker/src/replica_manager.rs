@@ -1,41 +1,52 @@
 //! The replica manager: every partition replica this broker hosts, created, updated and deleted
 //! from metadata images (Kafka's `ReplicaManager.applyDelta`), plus the log-manager chores:
-//! checkpoints, retention and the clean-shutdown marker.
+//! checkpoints, retention and the clean-shutdown marker (the log dirs themselves are
+//! `log_manager`'s). The data path goes through it too: [`fetch`] (Kafka's `fetchMessages`) and
+//! [`delete_records`]; its partitions share one set of purgatories ([`DelayedOperations`]).
+//!
+//! A replica whose log cannot be opened or written is offline (Kafka's `HostedPartition.Offline`):
+//! requests for it get KAFKA_STORAGE_ERROR, and `directory_assignments` reports it to the
+//! controller, which moves its leadership and takes it out of the ISR. It stays offline until
+//! the broker restarts or the partition is deleted.
+
+pub mod delete_records;
+pub mod fetch;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 use strom_controller::{MetadataDelta, MetadataImage, RemovedTopic};
-use strom_storage::checkpoint::OffsetCheckpointFile;
-use strom_storage::{parse_partition_dir_name, StorageError, UnifiedLog, CLEAN_SHUTDOWN_FILE};
+use strom_protocol::ErrorCode;
+use strom_storage::{StorageError, UnifiedLog};
 use uuid::Uuid;
 
 use crate::config::BrokerConfig;
-use crate::partition::Partition;
+use crate::log_manager::{CheckpointEntry, LogManager};
+use crate::partition::{DelayedOperations, Partition};
 use crate::replication::{min_insync_replicas, AlterPartitionSender, FetcherManager, LeaderAndIsr};
 
 pub type TopicPartition = (String, i32);
 
-const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
-const LOG_START_OFFSET_CHECKPOINT: &str = "log-start-offset-checkpoint";
-const REPLICATION_OFFSET_CHECKPOINT: &str = "replication-offset-checkpoint";
 const PARTITION_METADATA_FILE: &str = "partition.metadata";
 
 pub struct ReplicaManager {
     config: Arc<BrokerConfig>,
     partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
-    /// Whether the previous run ended with a clean shutdown; decides how much recovery scans.
-    had_clean_shutdown: bool,
-    recovery_points: HashMap<TopicPartition, i64>,
-    log_start_offsets: HashMap<TopicPartition, i64>,
-    high_watermarks: HashMap<TopicPartition, i64>,
+    /// The log dirs, their checkpoints and where each partition's log is.
+    log_manager: LogManager,
+    /// Replicas whose log could not be opened or written, with their topic id.
+    offline: RwLock<HashMap<TopicPartition, Uuid>>,
+    /// Signalled when a replica goes offline, so the controller hears of it without delay.
+    pub offline_changed: tokio::sync::Notify,
     /// Cluster mode only: follower fetchers and the way ISR changes reach the controller.
     replication: std::sync::OnceLock<Replication>,
     /// The (leader, leader epoch) each followed partition is fetched from, so an unchanged
     /// image does not restart a fetch.
     followed: parking_lot::Mutex<HashMap<TopicPartition, (i32, i32)>>,
+    /// The produce, fetch and delete-records purgatories of every hosted partition.
+    delayed: Arc<DelayedOperations>,
 }
 
 pub struct Replication {
@@ -44,31 +55,23 @@ pub struct Replication {
 }
 
 impl ReplicaManager {
-    /// Reads the log dir's checkpoints and the clean-shutdown marker. The marker is removed so
-    /// that a crash from now on is seen as unclean at the next start.
+    /// Reads the log dirs' checkpoints and clean-shutdown markers (see [`LogManager::open`]).
     pub fn new(config: Arc<BrokerConfig>) -> Result<Self, StorageError> {
-        let dir = &config.data_dir;
-        let marker = dir.join(CLEAN_SHUTDOWN_FILE);
-        let had_clean_shutdown = marker.exists();
-        if had_clean_shutdown {
-            std::fs::remove_file(&marker)?;
-        }
-        let recovery_points =
-            OffsetCheckpointFile::new(dir.join(RECOVERY_POINT_CHECKPOINT)).read()?;
-        let log_start_offsets =
-            OffsetCheckpointFile::new(dir.join(LOG_START_OFFSET_CHECKPOINT)).read()?;
-        let high_watermarks =
-            OffsetCheckpointFile::new(dir.join(REPLICATION_OFFSET_CHECKPOINT)).read()?;
-        tracing::info!(had_clean_shutdown, "log manager starting");
+        let log_manager = LogManager::open(&config.log_dirs)?;
+        tracing::info!(
+            had_clean_shutdown = log_manager.had_clean_shutdown(),
+            dirs = config.log_dirs.len(),
+            "log manager starting"
+        );
         Ok(Self {
             config,
             partitions: RwLock::new(HashMap::new()),
-            had_clean_shutdown,
-            recovery_points,
-            log_start_offsets,
-            high_watermarks,
+            log_manager,
+            offline: RwLock::new(HashMap::new()),
+            offline_changed: tokio::sync::Notify::new(),
             replication: std::sync::OnceLock::new(),
             followed: parking_lot::Mutex::new(HashMap::new()),
+            delayed: Arc::new(DelayedOperations::default()),
         })
     }
 
@@ -79,6 +82,11 @@ impl ReplicaManager {
 
     pub fn replication(&self) -> Option<&Replication> {
         self.replication.get()
+    }
+
+    /// The purgatories of the delayed operations on this broker's partitions.
+    pub fn delayed(&self) -> &Arc<DelayedOperations> {
+        &self.delayed
     }
 
     pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
@@ -92,8 +100,67 @@ impl ReplicaManager {
         self.partitions.read().values().cloned().collect()
     }
 
-    fn partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
-        self.config.data_dir.join(format!("{topic}-{partition}"))
+    /// Kafka's `getPartitionOrError`: the hosted replica, KAFKA_STORAGE_ERROR for an offline
+    /// one, UNKNOWN_TOPIC_OR_PARTITION for one this broker does not host.
+    pub fn get_partition_or_error(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Arc<Partition>, ErrorCode> {
+        if let Some(p) = self.get(topic, partition) {
+            return Ok(p);
+        }
+        if self.is_offline(topic, partition) {
+            return Err(ErrorCode::KafkaStorageError);
+        }
+        Err(ErrorCode::UnknownTopicOrPartition)
+    }
+
+    pub fn is_offline(&self, topic: &str, partition: i32) -> bool {
+        self.offline
+            .read()
+            .contains_key(&(topic.to_string(), partition))
+    }
+
+    /// The offline replicas: (topic id, partition).
+    pub fn offline_replicas(&self) -> Vec<(Uuid, i32)> {
+        self.offline
+            .read()
+            .iter()
+            .map(|((_, p), id)| (*id, *p))
+            .collect()
+    }
+
+    pub fn log_manager(&self) -> &LogManager {
+        &self.log_manager
+    }
+
+    /// Makes a replica offline after its log failed (`error`): it is no longer served or
+    /// fetched, requests for it get KAFKA_STORAGE_ERROR, and the controller is told.
+    pub fn mark_offline(&self, topic: &str, partition: i32, topic_id: Uuid, error: &StorageError) {
+        let key = (topic.to_string(), partition);
+        tracing::error!(%topic, partition, error = %error,
+            "partition log failed: replica offline until restart (KAFKA_STORAGE_ERROR)");
+        let removed = self.partitions.write().remove(&key);
+        if let Some(p) = removed {
+            // Appends and waiting operations on it stop at once.
+            p.mark_removed();
+        }
+        self.offline.write().insert(key.clone(), topic_id);
+        if let Some(r) = self.replication.get() {
+            r.fetchers.remove_partitions(std::slice::from_ref(&key));
+            self.followed.lock().remove(&key);
+        }
+        self.offline_changed.notify_one();
+    }
+
+    /// Called with the error of a failed append or read: an I/O error (EIO, ENOSPC, ...) makes
+    /// the replica offline rather than failing every request in turn (Kafka marks the log dir
+    /// offline on any `IOException`). Other errors are about the request and change nothing.
+    pub fn handle_storage_error(&self, part: &Partition, error: &StorageError) {
+        if matches!(error, StorageError::Io(_)) {
+            self.mark_offline(&part.topic, part.index, part.topic_id, error);
+        }
     }
 
     /// Makes the hosted partitions match `image`, whatever was applied before: every partition
@@ -158,6 +225,18 @@ impl ReplicaManager {
             );
             keys.iter().filter_map(|k| parts.remove(k)).collect()
         };
+        {
+            // Offline replicas of deleted (or re-created) topics are forgotten.
+            let mut offline = self.offline.write();
+            for (topic, id, p) in &changes.deletes {
+                let key = (topic.clone(), *p);
+                if offline.get(&key) == Some(id) {
+                    offline.remove(&key);
+                }
+            }
+            offline.retain(|(t, _), id| !reused.iter().any(|(n, rid)| n == t && rid != id));
+        }
+        self.stop_partitions(&stale);
         if let Some(r) = self.replication.get() {
             let keys: Vec<TopicPartition> =
                 stale.iter().map(|p| (p.topic.clone(), p.index)).collect();
@@ -169,10 +248,12 @@ impl ReplicaManager {
         }
         for p in stale {
             tracing::info!(topic = %p.topic, partition = p.index, "deleting partition log");
-            let dir = self.partition_dir(&p.topic, p.index);
+            let key = (p.topic.clone(), p.index);
             drop(p);
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                tracing::warn!(dir = %dir.display(), error = %e, "failed to delete partition dir");
+            if let Some(dir) = self.log_manager.remove(&key) {
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    tracing::warn!(dir = %dir.display(), error = %e, "failed to delete partition dir");
+                }
             }
         }
         // The replicas to (re)apply: changed ones, plus hosted ones whose topic config changed,
@@ -212,10 +293,12 @@ impl ReplicaManager {
                     part.update_config(self.config.log_config(configs));
                     part
                 }
+                // Offline until restart: not opened again on every image.
+                None if self.is_offline(topic, p) => continue,
                 None => match self.open_partition(topic, p, id, configs) {
                     Ok(part) => part,
                     Err(e) => {
-                        tracing::error!(%topic, partition = p, error = %e, "cannot open partition log");
+                        self.mark_offline(&topic, p, id, &e);
                         continue;
                     }
                 },
@@ -240,6 +323,14 @@ impl ReplicaManager {
                 now_ms,
             );
             self.update_fetcher(image, &part, reg.leader, reg.leader_epoch);
+        }
+    }
+
+    /// Kafka's `stopPartitions` (the data-path half; the caller has taken them out of the map):
+    /// each refuses from now on and its waiting produces, fetches and deletes answer now.
+    fn stop_partitions(&self, stopped: &[Arc<Partition>]) {
+        for p in stopped {
+            p.mark_removed();
         }
     }
 
@@ -303,7 +394,7 @@ impl ReplicaManager {
         id: Uuid,
         configs: &BTreeMap<String, String>,
     ) -> Result<Arc<Partition>, StorageError> {
-        let dir = self.partition_dir(topic, p);
+        let (dir, _) = self.log_manager.partition_dir(topic, p);
         let key = (topic.to_string(), p);
         // A directory left by an earlier topic of the same name must not be reused.
         if let Some(old) = read_partition_metadata(&dir) {
@@ -312,29 +403,29 @@ impl ReplicaManager {
                 std::fs::remove_dir_all(&dir)?;
             }
         }
-        let recovery_point = self.recovery_points.get(&key).copied().unwrap_or(0);
+        let recovery_point = self.log_manager.recovery_point(&key);
+        let had_clean_shutdown = self
+            .log_manager
+            .log_dir_of(&key)
+            .is_some_and(|d| d.had_clean_shutdown);
         let mut log = UnifiedLog::open(
             &dir,
             self.config.log_config(configs),
             recovery_point,
-            self.had_clean_shutdown,
+            had_clean_shutdown,
         )?;
         // The log start may sit inside the first segment (DeleteRecords); only the checkpoint knows.
-        if let Some(&start) = self.log_start_offsets.get(&key) {
+        if let Some(start) = self.log_manager.checkpointed_log_start_offset(&key) {
             if start > log.log_start_offset() && start <= log.log_end_offset() {
                 log.maybe_increment_log_start_offset(start)?;
             }
         }
         write_partition_metadata(&dir, id)?;
-        let hw = self.high_watermarks.get(&key).copied().unwrap_or(0);
-        let part = Arc::new(Partition::new(
-            topic.to_string(),
-            id,
-            p,
-            self.config.node_id,
-            log,
-            hw,
-        ));
+        let hw = self.log_manager.checkpointed_high_watermark(&key);
+        let part = Arc::new(
+            Partition::new(topic.to_string(), id, p, self.config.node_id, log, hw)
+                .with_delayed_operations(self.delayed.clone()),
+        );
         self.partitions.write().insert(key, part.clone());
         Ok(part)
     }
@@ -342,18 +433,8 @@ impl ReplicaManager {
     /// Deletes partition directories on disk that no topic in `image` owns (a topic deleted while
     /// the broker was down). Kafka calls these stray logs.
     pub fn remove_stray_logs(&self, image: &MetadataImage) {
-        let Ok(entries) = std::fs::read_dir(&self.config.data_dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().to_string();
-            let Some((topic, p)) = parse_partition_dir_name(&name) else {
-                continue;
-            };
-            if topic == strom_controller::names::METADATA_TOPIC {
-                continue;
-            }
-            if !e.path().is_dir() || self.get(&topic, p).is_some() {
+        for ((topic, p), path) in self.log_manager.placed() {
+            if self.get(&topic, p).is_some() || !path.is_dir() {
                 continue;
             }
             let owned = image.topic(&topic).is_some_and(|t| {
@@ -362,29 +443,39 @@ impl ReplicaManager {
                     .is_some_and(|r| r.replicas.contains(&self.config.node_id))
             });
             if !owned {
-                tracing::info!(dir = %name, "removing stray partition log");
-                let _ = std::fs::remove_dir_all(e.path());
+                tracing::info!(dir = %path.display(), "removing stray partition log");
+                self.log_manager.remove(&(topic, p));
+                let _ = std::fs::remove_dir_all(&path);
             }
         }
     }
 
-    /// Writes the recovery-point, log-start-offset and high-watermark checkpoints.
+    /// Writes the recovery-point, log-start-offset and high-watermark checkpoints. A log dir
+    /// whose checkpoints cannot be written is offline, and so are its replicas (Kafka's
+    /// `handleLogDirFailure`); the first such error is returned.
     pub fn checkpoint(&self) -> Result<(), StorageError> {
-        let parts = self.all();
-        let mut rp = HashMap::new();
-        let mut lso = HashMap::new();
-        let mut hw = HashMap::new();
-        for p in &parts {
-            let key = (p.topic.clone(), p.index);
-            rp.insert(key.clone(), p.recovery_point());
-            lso.insert(key.clone(), p.log_start_offset());
-            hw.insert(key, p.high_watermark());
+        let entries = self
+            .all()
+            .iter()
+            .map(|p| CheckpointEntry {
+                partition: (p.topic.clone(), p.index),
+                recovery_point: p.recovery_point(),
+                log_start_offset: p.log_start_offset(),
+                high_watermark: p.high_watermark(),
+            })
+            .collect();
+        let failed = self.log_manager.checkpoint(entries);
+        for (dir, e) in &failed {
+            for (topic, p) in self.log_manager.partitions_in(dir) {
+                if let Some(part) = self.get(&topic, p) {
+                    self.mark_offline(&topic, p, part.topic_id, e);
+                }
+            }
         }
-        let dir = &self.config.data_dir;
-        OffsetCheckpointFile::new(dir.join(RECOVERY_POINT_CHECKPOINT)).write(&rp)?;
-        OffsetCheckpointFile::new(dir.join(LOG_START_OFFSET_CHECKPOINT)).write(&lso)?;
-        OffsetCheckpointFile::new(dir.join(REPLICATION_OFFSET_CHECKPOINT)).write(&hw)?;
-        Ok(())
+        match failed.into_iter().next() {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Retention pass over every hosted partition.
@@ -421,10 +512,7 @@ impl ReplicaManager {
             p.close()?;
         }
         self.checkpoint()?;
-        let marker = self.config.data_dir.join(CLEAN_SHUTDOWN_FILE);
-        std::fs::write(&marker, b"")?;
-        std::fs::File::open(&self.config.data_dir)?.sync_all()?;
-        Ok(())
+        self.log_manager.write_clean_shutdown_markers()
     }
 }
 

@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::config::{parse_properties, BrokerConfig};
+use crate::config::BrokerConfig;
 use crate::controller_channel::ControllerChannel;
 use crate::metadata_loader::{ImageHolder, MetadataLoader};
 use crate::producer_ids::ProducerIdManager;
@@ -94,28 +93,24 @@ impl Broker {
 pub struct Server {
     broker: Arc<Broker>,
     listener: TcpListener,
-    _dir_lock: std::fs::File,
+    _dir_locks: Vec<std::fs::File>,
 }
 
 impl Server {
     pub async fn start(mut config: BrokerConfig) -> Result<Self, ServerError> {
-        let dir = config.data_dir.clone();
-        let dir_err = |source| ServerError::DataDir {
-            path: dir.display().to_string(),
-            source,
-        };
-        std::fs::create_dir_all(&dir).map_err(dir_err)?;
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(".lock"))
-            .map_err(dir_err)?;
-        if lock.try_lock().is_err() {
-            return Err(ServerError::DataDirLocked(dir.display().to_string()));
+        crate::log_manager::raise_open_files_limit();
+        // Every log dir and the metadata log dir are locked and formatted (Kafka's
+        // `metadata.log.dir` defaults to the first log dir).
+        let mut dirs = config.log_dirs.clone();
+        if !dirs.contains(&config.metadata_log_dir) {
+            dirs.push(config.metadata_log_dir.clone());
         }
+        let locks = crate::log_manager::lock_dirs(&dirs)?;
+        let quorum = config.controller_quorum.clone();
         let cluster_id =
-            ensure_meta_properties(&dir, config.node_id, config.controller_quorum.as_ref())?;
+            crate::log_manager::ensure_meta_properties(&dirs, config.node_id, move || {
+                new_cluster_id(quorum.as_ref())
+            })?;
 
         let listener =
             TcpListener::bind(config.listen)
@@ -137,7 +132,7 @@ impl Server {
             num_partitions: config.num_partitions,
             replication_factor: config.default_replication_factor,
         };
-        let metadata_dir = dir.join("__cluster_metadata-0");
+        let metadata_dir = config.metadata_log_dir.join("__cluster_metadata-0");
         let controller = Arc::new(match &config.controller_quorum {
             None => QuorumController::open(&metadata_dir.join("metadata.log"), defaults)?,
             Some(voters) => {
@@ -156,6 +151,7 @@ impl Server {
                 QuorumController::start_quorum(quorum, defaults).await?
             }
         });
+        crate::log_chores::configure_file_cache(&config);
         let replica_manager = Arc::new(ReplicaManager::new(config.clone())?);
         let metadata = Arc::new(RwLock::new(controller.image()));
         let channel = Arc::new(ControllerChannel::new(
@@ -205,7 +201,7 @@ impl Server {
             node_id = config.node_id,
             listen = %local,
             advertised = %format!("{}:{}", config.advertised_host, config.advertised_port),
-            data_dir = %dir.display(),
+            log_dirs = ?config.log_dirs,
             cluster_id = %cluster_id,
             "strom broker started"
         );
@@ -221,7 +217,7 @@ impl Server {
                 metadata_loader,
             }),
             listener,
-            _dir_lock: lock,
+            _dir_locks: locks,
         })
     }
 
@@ -237,6 +233,10 @@ impl Server {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let chores = tokio::spawn(background_chores(self.broker.clone(), stop_rx.clone()));
+        let assignments = tokio::spawn(crate::directory_assignments::run(
+            self.broker.clone(),
+            stop_rx.clone(),
+        ));
         let cluster = self
             .broker
             .config
@@ -270,6 +270,7 @@ impl Server {
         let _ = stop_tx.send(true);
         drop(self.listener);
         let _ = chores.await;
+        let _ = assignments.await;
         if let Some(c) = cluster {
             let _ = c.await;
         }
@@ -441,6 +442,14 @@ async fn background_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>)
     let mut expiration = tokio::time::interval(Duration::from_millis(
         cfg.producer_id_expiration_check_interval_ms.max(1),
     ));
+    // `flush.ms` is checked every `log.flush.scheduler.interval.ms` (Kafka's log flusher);
+    // `.deleted` segment files are removed within a second of `file.delete.delay.ms`.
+    let mut flush = tokio::time::interval(crate::log_chores::chore_period(
+        cfg.flush_scheduler_interval_ms,
+    ));
+    let mut delete_files = tokio::time::interval(crate::log_chores::DELETE_CHECK_PERIOD);
+    flush.tick().await;
+    delete_files.tick().await;
     retention.tick().await;
     checkpoint.tick().await;
     expiration.tick().await;
@@ -450,6 +459,14 @@ async fn background_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>)
             _ = retention.tick() => {
                 let rm = broker.replica_manager.clone();
                 let _ = tokio::task::spawn_blocking(move || rm.delete_old_segments(crate::now_ms())).await;
+            }
+            _ = flush.tick() => {
+                let rm = broker.replica_manager.clone();
+                let _ = tokio::task::spawn_blocking(move || rm.flush_dirty_logs(crate::now_ms())).await;
+            }
+            _ = delete_files.tick() => {
+                let rm = broker.replica_manager.clone();
+                let _ = tokio::task::spawn_blocking(move || rm.delete_due_segment_files(crate::now_ms())).await;
             }
             _ = isr_shrink.tick() => broker.replica_manager.maybe_shrink_isr(crate::now_ms()),
             _ = expiration.tick() => {
@@ -492,43 +509,24 @@ fn quorum_cluster_id(voters: &BTreeMap<i32, std::net::SocketAddr>) -> Uuid {
     uuid::Builder::from_random_bytes(bytes).into_uuid()
 }
 
+/// The cluster id a node formats its dirs with when none has one yet.
+fn new_cluster_id(quorum: Option<&BTreeMap<i32, std::net::SocketAddr>>) -> String {
+    match quorum {
+        Some(voters) => crate::topic_id_string(&quorum_cluster_id(voters)),
+        None => crate::topic_id_string(&Uuid::new_v4()),
+    }
+}
+
+/// One dir's `meta.properties` (see `log_manager::ensure_meta_properties`).
+#[cfg(test)]
 fn ensure_meta_properties(
-    dir: &Path,
+    dir: &std::path::Path,
     node_id: i32,
     quorum: Option<&BTreeMap<i32, std::net::SocketAddr>>,
 ) -> Result<String, ServerError> {
-    let path = dir.join("meta.properties");
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        let props: BTreeMap<String, String> =
-            parse_properties(&text).map_err(|e| ServerError::MetaProperties(e.to_string()))?;
-        if let Some(n) = props.get("node.id") {
-            if n.parse::<i32>().ok() != Some(node_id) {
-                return Err(ServerError::MetaProperties(format!(
-                    "Stored node id {n} doesn't match the configured node id {node_id} in {}",
-                    path.display()
-                )));
-            }
-        }
-        if let Some(id) = props.get("cluster.id") {
-            return Ok(id.clone());
-        }
-    }
-    let cluster_id = match quorum {
-        Some(voters) => crate::topic_id_string(&quorum_cluster_id(voters)),
-        None => crate::topic_id_string(&Uuid::new_v4()),
-    };
-    let text = format!(
-        "#\n#Written by strom\ncluster.id={cluster_id}\ndirectory.id={}\nnode.id={node_id}\nversion=1\n",
-        crate::topic_id_string(&Uuid::new_v4())
-    );
-    let tmp = dir.join("meta.properties.tmp");
-    let io = |source| ServerError::DataDir {
-        path: dir.display().to_string(),
-        source,
-    };
-    std::fs::write(&tmp, text).map_err(io)?;
-    std::fs::rename(&tmp, &path).map_err(io)?;
-    Ok(cluster_id)
+    crate::log_manager::ensure_meta_properties(&[dir.to_path_buf()], node_id, || {
+        new_cluster_id(quorum)
+    })
 }
 
 #[cfg(test)]

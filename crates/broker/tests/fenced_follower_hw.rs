@@ -89,14 +89,14 @@ async fn fencing_a_caught_up_follower_completes_waiting_acks_all() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64;
-    p.append_records_to_leader(&batch(10), AppendOrigin::Client, now)
+    p.append_records_to_leader(&batch(10), AppendOrigin::Client, 1, p.leader_epoch(), now)
         .unwrap();
     assert!(p.update_follower_fetch_state(2, 10, 0, now, 10));
     assert!(p.update_follower_fetch_state(3, 10, 0, now, 10));
     assert_eq!(p.high_watermark(), 10);
 
     // Follower 3 dies; follower 2 takes the next 5. acks=all for them waits for 3.
-    p.append_records_to_leader(&batch(5), AppendOrigin::Client, now)
+    p.append_records_to_leader(&batch(5), AppendOrigin::Client, 1, p.leader_epoch(), now)
         .unwrap();
     assert!(p.update_follower_fetch_state(2, 15, 0, now, 15));
     assert_eq!(p.high_watermark(), 10);

@@ -198,6 +198,8 @@ async fn follower_replicates_keeps_up_and_drives_hw_and_acks_all() {
         lp.append_records_to_leader(
             &batch(&format!("a{i}"), 1 + i % 7),
             AppendOrigin::Client,
+            1,
+            lp.leader_epoch(),
             now,
         )
         .unwrap();
@@ -224,7 +226,13 @@ async fn follower_replicates_keeps_up_and_drives_hw_and_acks_all() {
 
     // acks=all: an append completes when the follower's next fetch moves the HW past it.
     let info = lp
-        .append_records_to_leader(&batch("acks-all", 5), AppendOrigin::Client, now)
+        .append_records_to_leader(
+            &batch("acks-all", 5),
+            AppendOrigin::Client,
+            1,
+            lp.leader_epoch(),
+            now,
+        )
         .unwrap();
     let res = wait_for_acks(
         &[(lp.clone(), info.last_offset + 1)],
@@ -239,6 +247,8 @@ async fn follower_replicates_keeps_up_and_drives_hw_and_acks_all() {
         lp.append_records_to_leader(
             &batch(&format!("b{i}"), 1 + i % 13),
             AppendOrigin::Client,
+            1,
+            lp.leader_epoch(),
             now,
         )
         .unwrap();
@@ -252,7 +262,13 @@ async fn follower_replicates_keeps_up_and_drives_hw_and_acks_all() {
     // Without the follower fetching, acks=all times out and the HW stays below the append.
     fetcher.shutdown().await;
     let info = lp
-        .append_records_to_leader(&batch("stuck", 3), AppendOrigin::Client, now)
+        .append_records_to_leader(
+            &batch("stuck", 3),
+            AppendOrigin::Client,
+            1,
+            lp.leader_epoch(),
+            now,
+        )
         .unwrap();
     let res = wait_for_acks(
         &[(lp.clone(), info.last_offset + 1)],
@@ -292,8 +308,14 @@ async fn caught_up_follower_is_proposed_for_the_isr() {
     }
     let now = 1_700_000_000_000;
     for i in 0..10 {
-        lp.append_records_to_leader(&batch(&format!("e{i}"), 4), AppendOrigin::Client, now)
-            .unwrap();
+        lp.append_records_to_leader(
+            &batch(&format!("e{i}"), 4),
+            AppendOrigin::Client,
+            1,
+            lp.leader_epoch(),
+            now,
+        )
+        .unwrap();
     }
     // ISR = {leader}: the HW follows the leader's LEO alone.
     assert_eq!(lp.high_watermark(), 40);
@@ -335,8 +357,14 @@ async fn divergent_follower_truncates_and_converges() {
     let lp = leader.create("div", 2, &[LEADER, FOLLOWER]).await;
     let now = 1_700_000_000_000;
     for i in 0..5 {
-        lp.append_records_to_leader(&batch(&format!("common{i}"), 3), AppendOrigin::Client, now)
-            .unwrap();
+        lp.append_records_to_leader(
+            &batch(&format!("common{i}"), 3),
+            AppendOrigin::Client,
+            1,
+            lp.leader_epoch(),
+            now,
+        )
+        .unwrap();
     }
     let fdir = tempfile::tempdir().unwrap();
     let fp = follower_partition(fdir.path(), &lp, 2);
@@ -366,8 +394,14 @@ async fn divergent_follower_truncates_and_converges() {
         now_ms(),
     );
     for i in 0..6 {
-        lp.append_records_to_leader(&batch(&format!("new{i}"), 2), AppendOrigin::Client, now)
-            .unwrap();
+        lp.append_records_to_leader(
+            &batch(&format!("new{i}"), 2),
+            AppendOrigin::Client,
+            1,
+            lp.leader_epoch(),
+            now,
+        )
+        .unwrap();
     }
     // The leader's answer for epoch 3: its largest epoch <= 3 is 2, which ends at 15.
     assert_eq!(lp.end_offset_for_epoch(3), (2, 15));
@@ -444,8 +478,14 @@ async fn follower_behind_leader_log_start_restarts_there() {
     let lp = leader.create("lso", 1, &[LEADER]).await;
     let now = 1_700_000_000_000;
     for i in 0..10 {
-        lp.append_records_to_leader(&batch(&format!("x{i}"), 5), AppendOrigin::Client, now)
-            .unwrap();
+        lp.append_records_to_leader(
+            &batch(&format!("x{i}"), 5),
+            AppendOrigin::Client,
+            1,
+            lp.leader_epoch(),
+            now,
+        )
+        .unwrap();
     }
     // DeleteRecords up to 30 on the leader.
     lp.with_log(|log| log.maybe_increment_log_start_offset(30))

@@ -40,13 +40,13 @@ fn remove_from_isrs(
     unclean_for: &impl Fn(&str) -> bool,
     records: &mut Vec<MetadataRecord>,
 ) {
-    let usable = |b: i32| b != broker && image.broker_is_active(b);
     for topic in image.topics.values() {
         let kind = ElectionKind::online(unclean_for(&topic.name));
         for (&partition, reg) in &topic.partitions {
             if !reg.isr.contains(&broker) {
                 continue;
             }
+            let usable = |b: i32| b != broker && image.replica_can_lead(b, &topic.id, partition);
             let target: Vec<i32> = reg.isr.iter().copied().filter(|&b| b != broker).collect();
             records.extend(build_partition_change(
                 topic.id, partition, reg, target, usable, kind,
@@ -126,13 +126,16 @@ pub fn unfence_broker(
         fenced: Some(false),
         in_controlled_shutdown: info.in_controlled_shutdown.then_some(false),
     }];
-    let usable = |b: i32| b == broker || image.broker_is_active(b);
     for topic in image.topics.values() {
         let kind = ElectionKind::online(unclean_for(&topic.name));
         for (&partition, reg) in &topic.partitions {
             if reg.leader != NO_LEADER {
                 continue;
             }
+            let usable = |b: i32| {
+                !image.replica_is_offline(b, &topic.id, partition)
+                    && (b == broker || image.broker_is_active(b))
+            };
             records.extend(build_partition_change(
                 topic.id,
                 partition,
@@ -154,7 +157,6 @@ pub fn elect_unclean_leaders(
     unclean_for: impl Fn(&str) -> bool,
     max: usize,
 ) -> (Vec<MetadataRecord>, bool) {
-    let usable = |b: i32| image.broker_is_active(b);
     let mut records = Vec::new();
     for topic in image.topics.values() {
         if !unclean_for(&topic.name) {
@@ -164,6 +166,7 @@ pub fn elect_unclean_leaders(
             if records.len() >= max {
                 return (records, true);
             }
+            let usable = |b: i32| image.replica_can_lead(b, &topic.id, partition);
             if reg.leader == NO_LEADER {
                 records.extend(build_partition_change(
                     topic.id,
@@ -185,13 +188,13 @@ pub fn elect_unclean_leaders(
 /// `max` records; partitions whose preferred replica cannot lead are left as they are.
 /// Returns the records and whether the bound was reached.
 pub fn balance_partition_leaders(image: &MetadataImage, max: usize) -> (Vec<MetadataRecord>, bool) {
-    let usable = |b: i32| image.broker_is_active(b);
     let mut records = Vec::new();
     for topic in image.topics.values() {
         for (&partition, reg) in &topic.partitions {
             if records.len() >= max {
                 return (records, true);
             }
+            let usable = |b: i32| image.replica_can_lead(b, &topic.id, partition);
             if reg.replicas.first() == Some(&reg.leader) {
                 continue;
             }

@@ -876,6 +876,9 @@ fn partition_record(
 #[path = "broker_lifecycle.rs"]
 mod broker_lifecycle;
 
+#[path = "log_dirs.rs"]
+pub mod log_dirs;
+
 #[cfg(test)]
 #[path = "controller_tests.rs"]
 mod tests;

@@ -136,6 +136,13 @@ impl MetadataDelta {
                 self.changed_configs.remove(topic_id);
             }
             MetadataRecord::ProducerIds { .. } => self.producer_ids_changed = true,
+            // A replica going offline or back online changes who may lead it; the partitions
+            // count as changed so their publishers look at them again.
+            MetadataRecord::ReplicaDirectories { replicas, .. } => {
+                for (topic_id, partition) in replicas {
+                    self.partition_changed(before, *topic_id, *partition);
+                }
+            }
         }
     }
 

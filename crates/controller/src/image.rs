@@ -1,7 +1,7 @@
 //! The metadata image: cluster state as replayed from the metadata log. Immutable once built;
 //! the broker holds an `Arc` to the current one and swaps it when records are replayed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use uuid::Uuid;
 
@@ -70,6 +70,10 @@ pub struct MetadataImage {
     pub offset: u64,
     /// The first producer id not yet handed out in any block.
     pub next_producer_id: i64,
+    /// Per broker, its replicas (topic id, partition) in an offline log directory
+    /// (`ReplicaDirectories` with `DIRECTORY_LOST`): they may not lead or join an ISR and
+    /// Metadata lists them in `offline_replicas`.
+    pub offline_replicas: BTreeMap<i32, BTreeSet<(Uuid, i32)>>,
 }
 
 impl MetadataImage {
@@ -202,6 +206,25 @@ impl MetadataImage {
                 if let Some(name) = self.topic_names_by_id.remove(topic_id) {
                     self.topics.remove(&name);
                 }
+                for set in self.offline_replicas.values_mut() {
+                    set.retain(|(t, _)| t != topic_id);
+                }
+                self.offline_replicas.retain(|_, set| !set.is_empty());
+            }
+            MetadataRecord::ReplicaDirectories {
+                broker_id,
+                directory,
+                replicas,
+            } => {
+                let set = self.offline_replicas.entry(*broker_id).or_default();
+                if *directory == crate::log_dirs::DIRECTORY_LOST {
+                    set.extend(replicas.iter().copied());
+                } else {
+                    for r in replicas {
+                        set.remove(r);
+                    }
+                }
+                self.offline_replicas.retain(|_, set| !set.is_empty());
             }
         }
     }
@@ -217,6 +240,19 @@ impl MetadataImage {
         self.brokers
             .get(&id)
             .is_some_and(|b| !b.fenced && !b.in_controlled_shutdown)
+    }
+
+    /// Kafka's `LeaderAcceptor`: `broker` is active and its replica of the partition is not in
+    /// an offline log directory.
+    pub fn replica_can_lead(&self, broker: i32, topic_id: &Uuid, partition: i32) -> bool {
+        self.broker_is_active(broker) && !self.replica_is_offline(broker, topic_id, partition)
+    }
+
+    /// Whether `broker`'s replica of the partition is in an offline log directory.
+    pub fn replica_is_offline(&self, broker: i32, topic_id: &Uuid, partition: i32) -> bool {
+        self.offline_replicas
+            .get(&broker)
+            .is_some_and(|s| s.contains(&(*topic_id, partition)))
     }
 
     pub fn topic(&self, name: &str) -> Option<&TopicImage> {

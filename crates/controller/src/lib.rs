@@ -24,6 +24,7 @@ pub mod record;
 pub mod state;
 pub mod topic_config;
 
+pub use controller::log_dirs;
 pub use controller::{
     ControllerError, CreateTopicSpec, ProducerIdBlock, QuorumController, PRODUCER_ID_BLOCK_SIZE,
 };

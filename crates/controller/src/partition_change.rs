@@ -372,7 +372,7 @@ pub fn preferred_leader_election(
         partition,
         reg,
         reg.isr.clone(),
-        |b| image.broker_is_active(b),
+        |b| image.replica_can_lead(b, &topic_id, partition),
         ElectionKind::Preferred,
     )
     .map(|r| vec![r])
@@ -397,7 +397,7 @@ pub fn unclean_leader_election(
         partition,
         reg,
         reg.isr.clone(),
-        |b| image.broker_is_active(b),
+        |b| image.replica_can_lead(b, &topic_id, partition),
         ElectionKind::Unclean,
     )
     .map(|r| vec![r])

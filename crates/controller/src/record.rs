@@ -75,4 +75,14 @@ pub enum MetadataRecord {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         removing_replicas: Option<Vec<i32>>,
     },
+    /// Replicas of `broker_id` placed in log directory `directory`, from AssignReplicasToDirs
+    /// (KIP-858; Kafka keeps this in `PartitionRecord`/`PartitionChangeRecord.directories`).
+    /// Strom records only what elections and Metadata need: whether the replica's directory
+    /// is online. [`crate::log_dirs::DIRECTORY_LOST`] marks the replicas offline (their log
+    /// could not be opened or written); any other directory id brings them back online.
+    ReplicaDirectories {
+        broker_id: i32,
+        directory: Uuid,
+        replicas: Vec<(Uuid, i32)>,
+    },
 }

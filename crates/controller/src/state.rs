@@ -111,6 +111,13 @@ pub fn image_to_records(image: &MetadataImage) -> Vec<MetadataRecord> {
             });
         }
     }
+    for (&broker_id, replicas) in &image.offline_replicas {
+        out.push(MetadataRecord::ReplicaDirectories {
+            broker_id,
+            directory: crate::log_dirs::DIRECTORY_LOST,
+            replicas: replicas.iter().copied().collect(),
+        });
+    }
     if image.next_producer_id > 0 {
         out.push(MetadataRecord::ProducerIds {
             broker_id: -1,

@@ -33,6 +33,7 @@ pub const INTERNAL: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AllocateProducerIds, 0, 0),
     (ApiKey::AlterPartition, 2, 3),
     (ApiKey::BrokerHeartbeat, 0, 1),
+    (ApiKey::AssignReplicasToDirs, 0, 0),
 ];
 
 /// True when `version` of `api_key` is accepted, advertised or internal.

@@ -27,6 +27,12 @@ pub struct LogConfig {
     pub max_message_bytes: u32,
     /// `flush.messages`
     pub flush_interval_messages: i64,
+    /// `flush.ms` (broker: `log.flush.interval.ms`): a log is flushed once this long has passed
+    /// since its last flush, checked every `log.flush.scheduler.interval.ms`.
+    pub flush_ms: i64,
+    /// `file.delete.delay.ms` (broker: `log.segment.delete.delay.ms`): how long a segment's
+    /// files stay, renamed `.deleted`, after it left the log.
+    pub file_delete_delay_ms: i64,
     /// `message.timestamp.type`
     pub message_timestamp_type: TimestampType,
     /// The broker's `producer.id.expiration.ms`: idle producers' state is dropped after it.
@@ -44,6 +50,8 @@ impl Default for LogConfig {
             segment_index_bytes: 10 * 1024 * 1024,
             max_message_bytes: 1024 * 1024 + 12,
             flush_interval_messages: i64::MAX,
+            flush_ms: i64::MAX,
+            file_delete_delay_ms: 60_000,
             message_timestamp_type: TimestampType::CreateTime,
             producer_id_expiration_ms: 86_400_000,
         }
@@ -77,6 +85,8 @@ mod tests {
         assert_eq!(c.segment_index_bytes, 10_485_760);
         assert_eq!(c.max_message_bytes, 1_048_588);
         assert_eq!(c.flush_interval_messages, i64::MAX);
+        assert_eq!(c.flush_ms, i64::MAX);
+        assert_eq!(c.file_delete_delay_ms, 60_000);
         assert_eq!(c.message_timestamp_type, TimestampType::CreateTime);
         assert_eq!(c.max_offset_index_entries(), 1_310_720);
     }

@@ -10,6 +10,18 @@
 //!   [`OffsetIndex`] (`.index`) and [`TimeIndex`] (`.timeindex`).
 //! - [`checkpoint::OffsetCheckpointFile`]: Kafka's `*-checkpoint` files, which the broker uses
 //!   to remember recovery points and log start offsets across restarts.
+//! - [`LogReader`] ([`UnifiedLog::reader`]): reads without the log's append lock, from a
+//!   snapshot of the segments and offsets the writer publishes only after the bytes are written.
+//! - [`FileCache`]: the bounded set of open segment files all logs share. Segments open their
+//!   files on use and the least recently used are closed over the cap, so thousands of
+//!   partitions do not need three descriptors each. The broker sets the cap with the Strom
+//!   property `strom.log.max.open.files` (Kafka has no such key: it keeps every file open);
+//!   the default is half the process's soft `RLIMIT_NOFILE` when the cache is first used.
+//!
+//! Segments that leave a log (retention, DeleteRecords, truncation) are renamed with Kafka's
+//! `.deleted` suffix and removed `file.delete.delay.ms` later ([`UnifiedLog::delete_due_files`]);
+//! `flush.ms` is honoured by [`UnifiedLog::flush_if_due`]. The broker's chores call both every
+//! `log.flush.scheduler.interval.ms`.
 //!
 //! It does not own the set of partitions (the broker's log manager does), the high watermark,
 //! replication, producer state or transactions. Batches are never decoded on the append or read
@@ -17,24 +29,33 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod file_cache;
 pub mod index;
 pub mod leader_epoch;
 mod log;
 pub mod producer_state;
+mod reader;
 pub mod segment;
 
 use std::path::PathBuf;
 
+use strom_protocol::kafka::messages::ApiKey;
 use strom_protocol::ErrorCode;
 use thiserror::Error;
 
 pub use config::{LogConfig, TimestampType};
+pub use file_cache::FileCache;
 pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
-pub use log::UnifiedLog;
+pub use log::{remove_deleted_files, UnifiedLog};
+pub use reader::LogReader;
 pub use segment::LogSegment;
 
 /// Present in a log directory when the broker shut down cleanly (Kafka's marker name).
 pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
+
+/// Appended to a segment's file names when it leaves the log; removed after
+/// `file.delete.delay.ms` (Kafka's `LogFileUtils.DELETED_FILE_SUFFIX`).
+pub const DELETED_FILE_SUFFIX: &str = ".deleted";
 
 #[derive(Debug, Error)]
 pub enum StorageError {
@@ -79,6 +100,38 @@ impl StorageError {
             Self::UnexpectedAppendOffset { .. } => ErrorCode::UnknownServerError,
             Self::OutOfOrderSequence(_) => ErrorCode::OutOfOrderSequenceNumber,
             Self::InvalidProducerEpoch(_) => ErrorCode::InvalidProducerEpoch,
+        }
+    }
+}
+
+impl StorageError {
+    /// The code for this error in a response to `api` at `version`, where Kafka answers
+    /// differently from [`Self::error_code`]:
+    /// - Fetch v5 and older: clients of that age do not know KAFKA_STORAGE_ERROR and would fail
+    ///   for good, so Kafka answers NOT_LEADER_OR_FOLLOWER, which makes them refresh metadata and
+    ///   move to the new leader.
+    /// - Requests a group or transaction coordinator answers after appending to its internal
+    ///   topic: a failed log is NOT_COORDINATOR (the client finds the coordinator again) and an
+    ///   append too large is UNKNOWN_SERVER_ERROR (the client's request was not too large).
+    pub fn error_code_for(&self, api: ApiKey, version: i16) -> ErrorCode {
+        let code = self.error_code();
+        match api {
+            ApiKey::Fetch if version <= 5 && code == ErrorCode::KafkaStorageError => {
+                ErrorCode::NotLeaderOrFollower
+            }
+            ApiKey::OffsetCommit
+            | ApiKey::TxnOffsetCommit
+            | ApiKey::JoinGroup
+            | ApiKey::SyncGroup
+            | ApiKey::InitProducerId
+            | ApiKey::AddPartitionsToTxn
+            | ApiKey::AddOffsetsToTxn
+            | ApiKey::EndTxn => match code {
+                ErrorCode::KafkaStorageError => ErrorCode::NotCoordinator,
+                ErrorCode::MessageTooLarge => ErrorCode::UnknownServerError,
+                other => other,
+            },
+            _ => code,
         }
     }
 }
@@ -167,6 +220,55 @@ mod tests {
         assert_eq!(
             parse_partition_dir_name("orders-0.5f1c2d3e4b5a69788796a5b4c3d2e1f0-future"),
             None
+        );
+    }
+
+    #[test]
+    fn error_codes_per_api() {
+        let io = || StorageError::Io(std::io::Error::other("disk gone"));
+        assert_eq!(io().error_code(), ErrorCode::KafkaStorageError);
+        assert_eq!(
+            io().error_code_for(ApiKey::Fetch, 5),
+            ErrorCode::NotLeaderOrFollower
+        );
+        assert_eq!(
+            io().error_code_for(ApiKey::Fetch, 6),
+            ErrorCode::KafkaStorageError
+        );
+        for v in [3, 11] {
+            assert_eq!(
+                io().error_code_for(ApiKey::Produce, v),
+                ErrorCode::KafkaStorageError
+            );
+        }
+        assert_eq!(
+            io().error_code_for(ApiKey::ListOffsets, 1),
+            ErrorCode::KafkaStorageError
+        );
+        assert_eq!(
+            io().error_code_for(ApiKey::DeleteRecords, 0),
+            ErrorCode::KafkaStorageError
+        );
+        let out_of_range = StorageError::OffsetOutOfRange {
+            requested: 9,
+            log_start: 0,
+            log_end: 1,
+        };
+        assert_eq!(
+            out_of_range.error_code_for(ApiKey::Fetch, 4),
+            ErrorCode::OffsetOutOfRange
+        );
+        assert_eq!(
+            io().error_code_for(ApiKey::OffsetCommit, 8),
+            ErrorCode::NotCoordinator
+        );
+        assert_eq!(
+            StorageError::RecordTooLarge { size: 2, max: 1 }.error_code_for(ApiKey::EndTxn, 4),
+            ErrorCode::UnknownServerError
+        );
+        assert_eq!(
+            StorageError::RecordTooLarge { size: 2, max: 1 }.error_code_for(ApiKey::Produce, 9),
+            ErrorCode::MessageTooLarge
         );
     }
 

@@ -2,20 +2,20 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use bytes::Bytes;
 use strom_protocol::batch::{
     peek_batch_size, set_base_offset, set_log_append_time, set_partition_leader_epoch, BatchError,
-    BatchIter, BatchView, HEADER_SIZE,
+    BatchIter, BatchView,
 };
 
 use crate::checkpoint::sync_dir;
 use crate::config::{LogConfig, TimestampType};
+use crate::file_cache::FileCache;
 use crate::leader_epoch::LeaderEpochFileCache;
 use crate::producer_state::{ProducerBatch, ProducerStateError, ProducerStateManager};
-use crate::segment::{
-    log_file_name, offset_index_file_name, time_index_file_name, BatchHeader, LogSegment,
-};
+use crate::reader::{LogReader, Shared};
+use crate::segment::{log_file_name, offset_index_file_name, time_index_file_name, LogSegment};
 use crate::{AppendOrigin, FetchDataInfo, LogAppendInfo, StorageError, TimestampAndOffset};
 
 /// ListOffsets' special timestamps, as Kafka's `ListOffsetsRequest`.
@@ -36,6 +36,10 @@ struct Analyzed {
 pub struct UnifiedLog {
     dir: PathBuf,
     config: LogConfig,
+    /// Where the segments' files are opened; shared by every log of a broker.
+    cache: Arc<FileCache>,
+    /// What lock-free readers see; republished after every change below.
+    shared: Arc<Shared>,
     /// Keyed by base offset; the last one is the active segment. Never empty.
     segments: BTreeMap<i64, LogSegment>,
     log_start_offset: i64,
@@ -45,6 +49,11 @@ pub struct UnifiedLog {
     dir_dirty: bool,
     producer_state: ProducerStateManager,
     leader_epoch_cache: LeaderEpochFileCache,
+    /// When the log was last flushed (`flush.ms` counts from here).
+    last_flush_ms: i64,
+    /// Segment files renamed `.deleted`, with the time they may be removed
+    /// (`file.delete.delay.ms` after the rename).
+    pending_deletes: Vec<(i64, Vec<PathBuf>)>,
 }
 
 fn parse_log_file_name(name: &str) -> Option<i64> {
@@ -72,7 +81,28 @@ impl UnifiedLog {
     /// inconsistent has them rebuilt either way. The log start offset is the first segment's base
     /// offset: a checkpointed one is applied afterwards with
     /// [`Self::maybe_increment_log_start_offset`].
+    ///
+    /// Segment files are opened through the process-wide [`FileCache::global`]; see
+    /// [`Self::open_in`].
     pub fn open(
+        dir: &Path,
+        config: LogConfig,
+        recovery_point: i64,
+        had_clean_shutdown: bool,
+    ) -> Result<Self, StorageError> {
+        Self::open_in(
+            FileCache::global(),
+            dir,
+            config,
+            recovery_point,
+            had_clean_shutdown,
+        )
+    }
+
+    /// [`Self::open`] with the segments' files opened through `cache`. After a clean shutdown
+    /// only the active segment's data is read; no file stays open unless the cache keeps it.
+    pub fn open_in(
+        cache: &Arc<FileCache>,
         dir: &Path,
         config: LogConfig,
         recovery_point: i64,
@@ -124,7 +154,9 @@ impl UnifiedLog {
         let mut first_recovered: Option<i64> = None;
         let mut cut_at = None;
         for (i, &base) in bases.iter().enumerate() {
-            let (mut seg, needs_rebuild) = LogSegment::open(dir, base, &config)?;
+            // Inactive segments of a clean shutdown are trusted as Kafka does: no tail walk.
+            let next_base = bases.get(i + 1).copied().filter(|_| had_clean_shutdown);
+            let (mut seg, needs_rebuild) = LogSegment::open(cache, dir, base, &config, next_base)?;
             let unflushed = recover_from.is_some_and(|from| base >= from);
             if needs_rebuild || unflushed {
                 if needs_rebuild {
@@ -162,7 +194,7 @@ impl UnifiedLog {
         if segments.is_empty() {
             segments.insert(
                 0,
-                LogSegment::create(dir, 0, &config, crate::segment::now_ms())?,
+                LogSegment::create(cache, dir, 0, &config, crate::segment::now_ms())?,
             );
             dir_dirty = true;
         }
@@ -181,9 +213,16 @@ impl UnifiedLog {
                 LeaderEpochFileCache::load(dir)?
             }
         };
+        let shared = Shared::new(
+            Arc::new(segments.values().map(|s| s.data().clone()).collect()),
+            log_start_offset,
+            log_end_offset,
+        );
         let mut log = Self {
             dir: dir.to_path_buf(),
             config,
+            cache: cache.clone(),
+            shared,
             segments,
             log_start_offset,
             log_end_offset,
@@ -191,6 +230,8 @@ impl UnifiedLog {
             dir_dirty,
             producer_state,
             leader_epoch_cache,
+            last_flush_ms: crate::segment::now_ms(),
+            pending_deletes: Vec::new(),
         };
         log.load_producer_state()?;
         log.load_leader_epochs(epochs_found)?;
@@ -370,6 +411,7 @@ impl UnifiedLog {
         self.maybe_roll(buf.len(), max_timestamp, last_offset, first_offset, now_ms)?;
         self.active_mut().append(&buf)?;
         self.log_end_offset = next;
+        self.publish_offsets();
         if self.leader_epoch_cache.assign(leader_epoch, first_offset) {
             self.leader_epoch_cache.flush()?;
         }
@@ -418,6 +460,7 @@ impl UnifiedLog {
             .validate(&a.producer_batches, AppendOrigin::Replication);
         self.active_mut().append(records)?;
         self.log_end_offset = a.last_offset + 1;
+        self.publish_offsets();
         let mut iter = BatchIter::new(records);
         let mut epochs_changed = false;
         for (b, view) in a.producer_batches.iter().zip(&mut iter) {
@@ -470,13 +513,19 @@ impl UnifiedLog {
             if active_base == base {
                 return Ok(());
             }
+            // Empty, so readers holding it read nothing from it; published with the new one.
             let old = self.segments.remove(&active_base).expect("active");
-            old.delete_files()?;
+            if let Err(e) = self.remove_segment(old, now_ms) {
+                // `read` serves from the snapshot, so it must not keep listing the removed one.
+                self.publish_segments();
+                return Err(e);
+            }
         } else {
             self.active_mut().on_become_inactive()?;
         }
-        let seg = LogSegment::create(&self.dir, base, &self.config, now_ms)?;
+        let seg = LogSegment::create(&self.cache, &self.dir, base, &self.config, now_ms)?;
         self.segments.insert(base, seg);
+        self.publish_segments();
         self.dir_dirty = true;
         // Kafka snapshots producer state at each roll, so recovery replays at most one segment.
         if self.producer_state.map_end_offset() == base {
@@ -484,6 +533,7 @@ impl UnifiedLog {
         }
         if self.segments.len() == 1 {
             self.log_start_offset = self.log_start_offset.max(base);
+            self.publish_offsets();
         }
         Ok(())
     }
@@ -503,6 +553,7 @@ impl UnifiedLog {
     /// Whole batches starting with the one containing `start_offset`, up to `max_bytes`, never
     /// including a batch whose base offset is >= `max_offset`. With `min_one_message` a first
     /// batch larger than `max_bytes` is returned whole (Kafka's first-batch exception).
+    /// [`LogReader::read`] answers the same without the caller holding the log.
     pub fn read(
         &self,
         start_offset: i64,
@@ -510,78 +561,36 @@ impl UnifiedLog {
         max_offset: i64,
         min_one_message: bool,
     ) -> Result<FetchDataInfo, StorageError> {
-        let (log_start, log_end) = (self.log_start_offset, self.log_end_offset);
-        if start_offset < log_start || start_offset > log_end {
-            return Err(StorageError::OffsetOutOfRange {
-                requested: start_offset,
-                log_start,
-                log_end,
-            });
-        }
-        let mut out: Vec<u8> = Vec::new();
-        let floor = self
-            .segments
-            .range(..=start_offset)
-            .next_back()
-            .map_or(log_start, |(b, _)| *b);
-        let mut from = start_offset;
-        'segments: for seg in self.segments.range(floor..).map(|(_, s)| s) {
-            if from >= log_end {
-                break;
-            }
-            let Some((pos, first)) = seg.translate_offset(from)? else {
-                continue;
-            };
-            if first.base_offset >= max_offset {
-                break;
-            }
-            let remaining = max_bytes - out.len();
-            if first.size > remaining {
-                if out.is_empty() && min_one_message {
-                    out = seg.read_at(pos, first.size)?;
-                }
-                break;
-            }
-            // Bound the read at the high watermark's batch so a consumer at the tail does not
-            // pull bytes it must then discard.
-            let mut end = seg.size();
-            if max_offset < seg.next_offset() {
-                if let Some((hw_pos, hw)) = seg.translate_offset(max_offset)? {
-                    end = if hw.base_offset >= max_offset {
-                        hw_pos
-                    } else {
-                        hw_pos + hw.size as u64
-                    };
-                }
-            }
-            let available = end.saturating_sub(pos) as usize;
-            let mut chunk = seg.read_at(pos, remaining.min(available))?;
-            let mut taken = 0;
-            while chunk.len() - taken >= HEADER_SIZE {
-                let h = BatchHeader::parse(&chunk[taken..])
-                    .map_err(|e| StorageError::CorruptRecord(e.to_string()))?;
-                if h.base_offset >= max_offset || taken + h.size > chunk.len() {
-                    break;
-                }
-                taken += h.size;
-            }
-            let finished_segment = taken == available && end == seg.size();
-            chunk.truncate(taken);
-            if out.is_empty() {
-                out = chunk;
-            } else {
-                out.extend_from_slice(&chunk);
-            }
-            if !finished_segment {
-                break 'segments;
-            }
-            from = seg.next_offset();
-        }
-        Ok(FetchDataInfo {
-            records: Bytes::from(out),
-            log_start_offset: log_start,
-            log_end_offset: log_end,
-        })
+        // The published snapshot is current: only `&mut self` changes it.
+        let segments = self.shared.snapshot();
+        crate::reader::read_segments(
+            &segments,
+            self.log_start_offset,
+            self.log_end_offset,
+            start_offset,
+            max_bytes,
+            max_offset,
+            min_one_message,
+        )
+    }
+
+    /// A handle that reads this log without `&self` (so without the broker's lock on it), for
+    /// as long as the log lives. Clone it freely.
+    pub fn reader(&self) -> LogReader {
+        LogReader::new(self.shared.clone())
+    }
+
+    /// Makes the segment list visible to readers (after any segment came or went).
+    fn publish_segments(&self) {
+        self.shared.publish_segments(Arc::new(
+            self.segments.values().map(|s| s.data().clone()).collect(),
+        ));
+    }
+
+    /// Makes the log start and end offsets visible to readers (after the bytes are written).
+    fn publish_offsets(&self) {
+        self.shared
+            .publish_offsets(self.log_start_offset, self.log_end_offset);
     }
 
     /// ListOffsets by timestamp: the first offset at or after the log start whose record
@@ -633,113 +642,6 @@ impl UnifiedLog {
         }
     }
 
-    /// Retention with the whole log eligible (the high watermark taken to be the log end).
-    pub fn delete_old_segments(&mut self, now_ms: i64) -> Result<usize, StorageError> {
-        self.delete_old_segments_below(now_ms, self.log_end_offset)
-    }
-
-    /// Retention as Kafka runs it: only segments wholly below `high_watermark` are eligible.
-    /// Deletes segments past `retention.ms`, then the oldest while the log exceeds
-    /// `retention.bytes` by at least a segment, then those wholly below the log start offset.
-    pub fn delete_old_segments_below(
-        &mut self,
-        now_ms: i64,
-        high_watermark: i64,
-    ) -> Result<usize, StorageError> {
-        let mut deleted = 0;
-        let retention_ms = self.config.retention_ms;
-        if retention_ms >= 0 {
-            deleted += self.delete_segments_while(high_watermark, now_ms, |seg, _| {
-                now_ms - seg.largest_timestamp() > retention_ms
-            })?;
-        }
-        let retention_bytes = self.config.retention_bytes;
-        if retention_bytes >= 0 && self.size_in_bytes() as i64 >= retention_bytes {
-            let mut diff = self.size_in_bytes() as i64 - retention_bytes;
-            deleted += self.delete_segments_while(high_watermark, now_ms, |seg, _| {
-                if diff - seg.size() as i64 >= 0 {
-                    diff -= seg.size() as i64;
-                    true
-                } else {
-                    false
-                }
-            })?;
-        }
-        let start = self.log_start_offset;
-        deleted += self.delete_segments_while(high_watermark, now_ms, |_, next| {
-            next.is_some_and(|n| n.base_offset() <= start)
-        })?;
-        Ok(deleted)
-    }
-
-    /// Kafka's `deleteOldSegments(predicate)`: deletes from the oldest segment while
-    /// `pred(segment, next)` holds, rolling first if every segment is to go.
-    fn delete_segments_while(
-        &mut self,
-        high_watermark: i64,
-        now_ms: i64,
-        mut pred: impl FnMut(&LogSegment, Option<&LogSegment>) -> bool,
-    ) -> Result<usize, StorageError> {
-        let mut doomed = Vec::new();
-        let mut iter = self.segments.values().peekable();
-        while let Some(seg) = iter.next() {
-            let next = iter.peek().copied();
-            let upper = next.map_or(self.log_end_offset, |n| n.base_offset());
-            let last_and_empty = next.is_none() && seg.size() == 0;
-            if high_watermark >= upper && !last_and_empty && pred(seg, next) {
-                doomed.push(seg.base_offset());
-            } else {
-                break;
-            }
-        }
-        if doomed.is_empty() {
-            return Ok(0);
-        }
-        if doomed.len() == self.segments.len() {
-            self.roll(now_ms)?;
-        }
-        for base in &doomed {
-            let seg = self.segments.remove(base).expect("listed");
-            seg.delete_files()?;
-        }
-        self.dir_dirty = true;
-        let first = *self.segments.keys().next().expect("active kept");
-        self.log_start_offset = self.log_start_offset.max(first);
-        self.recovery_point = self.recovery_point.max(self.log_start_offset);
-        self.producer_state.delete_snapshots_before(first)?;
-        if self
-            .leader_epoch_cache
-            .truncate_from_start(self.log_start_offset)
-        {
-            self.leader_epoch_cache.flush()?;
-        }
-        Ok(doomed.len())
-    }
-
-    /// Moves the log start offset forward (DeleteRecords, or a checkpointed value after open)
-    /// and deletes segments wholly below it.
-    pub fn maybe_increment_log_start_offset(&mut self, new_start: i64) -> Result<(), StorageError> {
-        if new_start > self.log_end_offset {
-            return Err(StorageError::OffsetOutOfRange {
-                requested: new_start,
-                log_start: self.log_start_offset,
-                log_end: self.log_end_offset,
-            });
-        }
-        if new_start <= self.log_start_offset {
-            return Ok(());
-        }
-        self.log_start_offset = new_start;
-        let hw = self.log_end_offset;
-        self.delete_segments_while(hw, crate::segment::now_ms(), |_, next| {
-            next.is_some_and(|n| n.base_offset() <= new_start)
-        })?;
-        if self.leader_epoch_cache.truncate_from_start(new_start) {
-            self.leader_epoch_cache.flush()?;
-        }
-        Ok(())
-    }
-
     /// Removes every batch whose last offset is >= `offset` (a batch containing `offset` goes
     /// whole, so the log end offset may end up below `offset`). A target below the first segment
     /// empties the log and restarts it at `offset`.
@@ -754,32 +656,39 @@ impl UnifiedLog {
         if offset >= self.log_end_offset {
             return Ok(());
         }
+        // Readers overlapping this retry, so none serves the cut range once this returns.
+        let _truncating = self.shared.begin_truncation();
+        let now = crate::segment::now_ms();
         let first = *self.segments.keys().next().expect("non-empty");
         if offset < first {
-            // The new segment goes in first so the log keeps an active segment even if a
-            // delete below fails.
-            let seg =
-                LogSegment::create(&self.dir, offset, &self.config, crate::segment::now_ms())?;
+            // The new segment goes in first (its base is below every old one, so no file name
+            // is shared) so the log keeps an active segment even if a delete below fails.
+            let seg = LogSegment::create(&self.cache, &self.dir, offset, &self.config, now)?;
             let old = std::mem::replace(&mut self.segments, BTreeMap::from([(offset, seg)]));
             self.log_start_offset = offset;
             self.log_end_offset = offset;
             self.recovery_point = self.recovery_point.min(offset);
             self.dir_dirty = true;
+            self.publish_segments();
+            self.publish_offsets();
             for (_, seg) in old {
-                seg.delete_files()?;
+                self.remove_segment(seg, now)?;
             }
         } else {
             let doomed: Vec<i64> = self.segments.range(offset + 1..).map(|(b, _)| *b).collect();
+            let mut removed = Vec::new();
             for base in doomed {
-                self.segments
-                    .remove(&base)
-                    .expect("listed")
-                    .delete_files()?;
+                removed.push(self.segments.remove(&base).expect("listed"));
             }
+            self.publish_segments();
             let active = self.active_mut();
             active.truncate_to(offset)?;
             self.log_end_offset = self.active().next_offset();
             self.log_start_offset = self.log_start_offset.min(self.log_end_offset);
+            self.publish_offsets();
+            for seg in removed {
+                self.remove_segment(seg, now)?;
+            }
         }
         self.dir_dirty = true;
         self.recovery_point = self.recovery_point.min(self.log_end_offset);
@@ -804,15 +713,39 @@ impl UnifiedLog {
                 log_end: self.log_end_offset,
             });
         }
-        // Old files go first: a segment at the same base offset would share their names.
+        let _truncating = self.shared.begin_truncation();
+        let now = crate::segment::now_ms();
+        // Old files are renamed away first: a segment at the same base offset would share
+        // their names. If that or the new segment fails, the old segments stay (renamed, still
+        // readable through their handles) so the log is never without an active segment.
         let old = std::mem::take(&mut self.segments);
-        for (_, seg) in old {
-            seg.delete_files()?;
+        let mut renamed = Vec::new();
+        let mut result = Ok(());
+        for seg in old.values() {
+            match seg.rename_for_delete() {
+                Ok(paths) => renamed.extend(paths),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
         }
-        let seg = LogSegment::create(&self.dir, offset, &self.config, crate::segment::now_ms())?;
+        let created = result
+            .and_then(|()| LogSegment::create(&self.cache, &self.dir, offset, &self.config, now));
+        let seg = match created {
+            Ok(seg) => seg,
+            Err(e) => {
+                self.segments = old;
+                return Err(e.into());
+            }
+        };
+        drop(old);
+        self.schedule_delete(renamed, now)?;
         self.segments.insert(offset, seg);
         self.log_start_offset = offset;
         self.log_end_offset = offset;
+        self.publish_segments();
+        self.publish_offsets();
         self.recovery_point = offset;
         self.dir_dirty = true;
         self.leader_epoch_cache.clear();
@@ -939,8 +872,18 @@ impl UnifiedLog {
     }
 
     /// Removes the partition directory (DeleteTopics).
+    /// Readers still holding the log get errors from now on, and its descriptors are closed
+    /// now rather than when the last reader goes (they would keep the unlinked files' space).
     pub fn delete(self) -> Result<(), StorageError> {
         let dir = self.dir.clone();
+        {
+            let _truncating = self.shared.begin_truncation();
+            self.shared.publish_segments(Arc::new(Vec::new()));
+            for seg in self.segments.values() {
+                seg.mark_removed();
+                seg.close_handles();
+            }
+        }
         drop(self);
         std::fs::remove_dir_all(&dir)?;
         if let Some(parent) = dir.parent() {
@@ -984,6 +927,10 @@ impl UnifiedLog {
         self.segments.len()
     }
 }
+
+#[path = "log_retention.rs"]
+mod retention;
+pub use retention::remove_deleted_files;
 
 #[cfg(test)]
 #[path = "log_tests.rs"]

@@ -1,6 +1,7 @@
 //! Producer state through the log: duplicates, gaps, snapshots, recovery.
 
 use super::*;
+use bytes::Bytes;
 use strom_protocol::ErrorCode;
 
 fn idempotent(pid: i64, epoch: i16, first_seq: i32, n: usize) -> Vec<u8> {

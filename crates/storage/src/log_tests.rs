@@ -1,6 +1,6 @@
 use super::*;
 use crate::segment::{log_file_name, offset_index_file_name, time_index_file_name};
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use strom_protocol::batch::{BatchIter, CRC_OFFSET, MAGIC_OFFSET};
 use strom_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType as RecordTs,
@@ -10,6 +10,12 @@ const T0: i64 = 1_700_000_000_000;
 
 #[path = "log_recovery_tests.rs"]
 mod recovery;
+
+#[path = "log_reader_tests.rs"]
+mod reader;
+
+#[path = "log_delete_tests.rs"]
+mod delete;
 
 fn batch_with(timestamps: &[i64], value_len: usize) -> Vec<u8> {
     encode(timestamps, value_len, Compression::None)
@@ -601,8 +607,15 @@ fn delete_removes_the_directory() {
     let pdir = dir.path().join("t-0");
     let mut log = open(&pdir, LogConfig::default());
     append(&mut log, &batch(1));
+    let reader = log.reader();
     log.delete().unwrap();
     assert!(!pdir.exists());
+    // A reader that outlived the log serves nothing (and does not panic).
+    assert!(reader
+        .read(0, 100, i64::MAX, true)
+        .unwrap()
+        .records
+        .is_empty());
 }
 
 #[test]

@@ -1,16 +1,17 @@
 //! One segment of a partition log: the `.log` file of concatenated batches and its two indexes,
 //! as Kafka's `LogSegment`.
 
-use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use strom_protocol::batch::{self, peek_batch_size, BatchError, BatchIter, HEADER_SIZE};
 use strom_protocol::records::RecordBatchDecoder;
 
 use crate::config::LogConfig;
+use crate::file_cache::{FileCache, FileSlot};
 use crate::index::{OffsetIndex, TimeIndex, TimestampOffset};
 use crate::{StorageError, TimestampAndOffset};
 
@@ -109,12 +110,107 @@ fn corrupt(path: &Path, pos: u64, what: impl std::fmt::Display) -> StorageError 
     StorageError::CorruptRecord(format!("{} at position {pos}: {what}", path.display()))
 }
 
-pub struct LogSegment {
+/// The part of a segment that lock-free readers ([`crate::LogReader`]) share with the log's
+/// writer: the `.log` file, its published size and next offset, and the offset index.
+pub(crate) struct SegmentData {
     base_offset: i64,
-    log_path: PathBuf,
-    log: File,
-    size: u64,
+    log: FileSlot,
+    /// Bytes of whole batches in the file. Stored (Release) only after the bytes are written,
+    /// so a reader never reads past what is complete.
+    size: AtomicU64,
+    next_offset: AtomicI64,
     offset_index: OffsetIndex,
+    /// Set when the segment leaves the log (retention, truncation, deletion); a reader whose
+    /// read of it fails retries with a fresh snapshot.
+    removed: AtomicBool,
+}
+
+impl SegmentData {
+    pub(crate) fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    pub(crate) fn size(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
+    }
+    fn set_size(&self, size: u64) {
+        self.size.store(size, Ordering::Release)
+    }
+    pub(crate) fn next_offset(&self) -> i64 {
+        self.next_offset.load(Ordering::Acquire)
+    }
+    fn set_next_offset(&self, next: i64) {
+        self.next_offset.store(next, Ordering::Release)
+    }
+    pub(crate) fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
+    pub(crate) fn mark_removed(&self) {
+        self.removed.store(true, Ordering::Release)
+    }
+
+    /// The header of the batch at `pos`, which must lie wholly below `size`.
+    pub(crate) fn read_header(&self, pos: u64, size: u64) -> Result<BatchHeader, StorageError> {
+        if pos + HEADER_SIZE as u64 > size {
+            return Err(corrupt(&self.log.path(), pos, "truncated batch header"));
+        }
+        let mut buf = [0u8; HEADER_SIZE];
+        self.log.read_exact_at(&mut buf, pos)?;
+        let h = BatchHeader::parse(&buf).map_err(|e| corrupt(&self.log.path(), pos, e))?;
+        if pos + h.size as u64 > size {
+            return Err(corrupt(
+                &self.log.path(),
+                pos,
+                "batch runs past end of file",
+            ));
+        }
+        Ok(h)
+    }
+
+    /// Reads `len` bytes at `pos`, clamped to `size`, without zero-filling the buffer first.
+    pub(crate) fn read_at(&self, pos: u64, len: usize, size: u64) -> Result<Vec<u8>, StorageError> {
+        let len = (len as u64).min(size.saturating_sub(pos)) as usize;
+        Ok(self.log.read_exact_vec(pos, len)?)
+    }
+
+    /// Whether the batch at `pos` ends inside `size` and has `last_offset` as its last offset:
+    /// the cheap check of an inactive segment's offset index at open. The log is read through a
+    /// descriptor closed at once, so opening many logs does not fill the cache.
+    fn entry_names_its_batch(
+        &self,
+        last_offset: i64,
+        pos: u64,
+        size: u64,
+    ) -> Result<bool, StorageError> {
+        use std::os::unix::fs::FileExt;
+        if pos + HEADER_SIZE as u64 > size {
+            return Ok(false);
+        }
+        let mut buf = [0u8; HEADER_SIZE];
+        std::fs::File::open(self.log.path())?.read_exact_at(&mut buf, pos)?;
+        Ok(BatchHeader::parse(&buf)
+            .is_ok_and(|h| h.last_offset == last_offset && pos + h.size as u64 <= size))
+    }
+
+    /// The position and header of the first batch below `size` whose last offset is >= `offset`.
+    pub(crate) fn translate_offset(
+        &self,
+        offset: i64,
+        size: u64,
+    ) -> Result<Option<(u64, BatchHeader)>, StorageError> {
+        let mut pos = self.offset_index.lookup(offset).position as u64;
+        while pos < size {
+            let h = self.read_header(pos, size)?;
+            if h.last_offset >= offset {
+                return Ok(Some((pos, h)));
+            }
+            pos += h.size as u64;
+        }
+        Ok(None)
+    }
+}
+
+pub struct LogSegment {
+    data: Arc<SegmentData>,
     time_index: TimeIndex,
     index_interval_bytes: u64,
     bytes_since_last_index_entry: u64,
@@ -124,79 +220,60 @@ pub struct LogSegment {
     /// The first batch's max timestamp, which `segment.ms` rolling is measured from.
     rolling_based_timestamp: Option<i64>,
     created_ms: i64,
-    next_offset: i64,
 }
 
 impl LogSegment {
-    /// Creates a new, empty segment, replacing any files of the same base offset.
-    pub fn create(dir: &Path, base_offset: i64, config: &LogConfig, now: i64) -> io::Result<Self> {
-        let log_path = dir.join(log_file_name(base_offset));
-        let log = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&log_path)?;
-        Ok(Self {
-            base_offset,
-            log_path,
-            log,
-            size: 0,
-            offset_index: OffsetIndex::create(
-                &dir.join(offset_index_file_name(base_offset)),
-                base_offset,
-                config.max_offset_index_entries(),
-            )?,
-            time_index: TimeIndex::create(
-                &dir.join(time_index_file_name(base_offset)),
-                base_offset,
-                config.max_time_index_entries(),
-            )?,
-            index_interval_bytes: config.index_interval_bytes as u64,
-            bytes_since_last_index_entry: 0,
-            max_timestamp: TimestampOffset {
-                timestamp: -1,
-                offset: base_offset,
-            },
-            rolling_based_timestamp: None,
-            created_ms: now,
-            next_offset: base_offset,
-        })
-    }
-
-    /// Opens an existing segment. The bool is true when its indexes were missing or failed the
-    /// sanity checks (or the log tail does not parse): the caller must then [`Self::recover`] it
-    /// before use.
-    pub fn open(
+    /// Creates a new, empty segment, replacing any files of the same base offset. Its three
+    /// files start out open in `cache` (they are about to be written).
+    pub fn create(
+        cache: &Arc<FileCache>,
         dir: &Path,
         base_offset: i64,
         config: &LogConfig,
-    ) -> Result<(Self, bool), StorageError> {
-        let log_path = dir.join(log_file_name(base_offset));
-        let log = OpenOptions::new().read(true).write(true).open(&log_path)?;
-        let size = log.metadata()?.len();
-        let oi_path = dir.join(offset_index_file_name(base_offset));
-        let ti_path = dir.join(time_index_file_name(base_offset));
-        let max_oi = config.max_offset_index_entries();
-        let max_ti = config.max_time_index_entries();
-        let loaded = OffsetIndex::load(&oi_path, base_offset, max_oi, size)?;
-        let offset_ok = loaded.is_some();
-        let offset_index = match loaded {
-            Some(i) => i,
-            None => OffsetIndex::create(&oi_path, base_offset, max_oi)?,
-        };
-        let loaded = TimeIndex::load(&ti_path, base_offset, max_ti, None)?;
-        let time_ok = loaded.is_some();
-        let time_index = match loaded {
-            Some(i) => i,
-            None => TimeIndex::create(&ti_path, base_offset, max_ti)?,
-        };
-        let mut seg = Self {
+        now: i64,
+    ) -> io::Result<Self> {
+        let log = FileSlot::create(cache, dir.join(log_file_name(base_offset)))?;
+        let offset_index = OffsetIndex::create(
+            cache,
+            &dir.join(offset_index_file_name(base_offset)),
             base_offset,
-            log_path,
+            config.max_offset_index_entries(),
+        )?;
+        let time_index = TimeIndex::create(
+            cache,
+            &dir.join(time_index_file_name(base_offset)),
+            base_offset,
+            config.max_time_index_entries(),
+        )?;
+        Ok(Self::assemble(
             log,
-            size,
+            base_offset,
+            0,
             offset_index,
+            time_index,
+            config,
+            now,
+        ))
+    }
+
+    fn assemble(
+        log: FileSlot,
+        base_offset: i64,
+        size: u64,
+        offset_index: OffsetIndex,
+        time_index: TimeIndex,
+        config: &LogConfig,
+        now: i64,
+    ) -> Self {
+        Self {
+            data: Arc::new(SegmentData {
+                base_offset,
+                log,
+                size: AtomicU64::new(size),
+                next_offset: AtomicI64::new(base_offset),
+                offset_index,
+                removed: AtomicBool::new(false),
+            }),
             time_index,
             index_interval_bytes: config.index_interval_bytes as u64,
             bytes_since_last_index_entry: 0,
@@ -205,15 +282,78 @@ impl LogSegment {
                 offset: base_offset,
             },
             rolling_based_timestamp: None,
-            created_ms: now_ms(),
-            next_offset: base_offset,
+            created_ms: now,
+        }
+    }
+
+    /// Opens an existing segment without keeping any of its files open: the log's size comes
+    /// from the file system and the indexes are read into memory (their descriptors closed at
+    /// once). The bool is true when its indexes were missing or failed the sanity checks (or
+    /// the log tail does not parse): the caller must then [`Self::recover`] it before use.
+    ///
+    /// `next_base` is the base offset of the following segment when this one is an inactive
+    /// segment of a cleanly shut down log: its tail is then not walked at all (its next offset
+    /// is taken to be `next_base` and its largest timestamp is the time index's last entry, which
+    /// a clean close writes), so opening a log touches only its active segment's data.
+    pub fn open(
+        cache: &Arc<FileCache>,
+        dir: &Path,
+        base_offset: i64,
+        config: &LogConfig,
+        next_base: Option<i64>,
+    ) -> Result<(Self, bool), StorageError> {
+        let log_path = dir.join(log_file_name(base_offset));
+        let size = std::fs::metadata(&log_path)?.len();
+        let log = FileSlot::existing(cache, log_path);
+        let oi_path = dir.join(offset_index_file_name(base_offset));
+        let ti_path = dir.join(time_index_file_name(base_offset));
+        let max_oi = config.max_offset_index_entries();
+        let max_ti = config.max_time_index_entries();
+        let loaded = OffsetIndex::load(cache, &oi_path, base_offset, max_oi, size)?;
+        let offset_ok = loaded.is_some();
+        let offset_index = match loaded {
+            Some(i) => i,
+            None => OffsetIndex::create(cache, &oi_path, base_offset, max_oi)?,
         };
-        if !offset_ok || !time_ok || seg.load_tail().is_err() {
+        let loaded = TimeIndex::load(cache, &ti_path, base_offset, max_ti, next_base)?;
+        let time_ok = loaded.is_some();
+        let time_index = match loaded {
+            Some(i) => i,
+            None => TimeIndex::create(cache, &ti_path, base_offset, max_ti)?,
+        };
+        let mut seg = Self::assemble(
+            log,
+            base_offset,
+            size,
+            offset_index,
+            time_index,
+            config,
+            now_ms(),
+        );
+        if !offset_ok || !time_ok {
+            return Ok((seg, true));
+        }
+        if let Some(next) = next_base {
+            if let Some(e) = seg.data.offset_index.last_entry() {
+                if !seg
+                    .data
+                    .entry_names_its_batch(e.offset, e.position as u64, size)?
+                {
+                    return Ok((seg, true));
+                }
+            }
+            seg.data.set_next_offset(next.max(base_offset));
+            if let Some(last) = seg.time_index.last_entry() {
+                seg.max_timestamp = last;
+            }
+            return Ok((seg, false));
+        }
+        if seg.load_tail().is_err() {
             return Ok((seg, true));
         }
         match seg.time_index.last_entry() {
             // An entry beyond the data means the time index belongs to a longer log.
-            Some(last) if last.offset >= seg.next_offset => return Ok((seg, true)),
+            Some(last) if last.offset >= seg.next_offset() => return Ok((seg, true)),
             Some(last) if last.timestamp > seg.max_timestamp.timestamp => seg.max_timestamp = last,
             _ => {}
         }
@@ -226,23 +366,24 @@ impl LogSegment {
     /// the end of the file or the last index entry does not name the batch it points at.
     fn load_tail(&mut self) -> Result<(), StorageError> {
         self.rolling_based_timestamp = None;
-        if self.size > 0 {
+        if self.size() > 0 {
             self.rolling_based_timestamp = Some(self.read_header(0)?.max_timestamp);
         }
-        let start = self.offset_index.last_entry();
+        let start = self.data.offset_index.last_entry();
         let mut pos = start.map_or(0, |e| e.position as u64);
         let mut max = TimestampOffset {
             timestamp: -1,
-            offset: self.base_offset,
+            offset: self.base_offset(),
         };
-        let mut next = self.base_offset;
+        let mut next = self.base_offset();
         let mut first = true;
-        while pos < self.size {
+        let size = self.size();
+        while pos < size {
             let h = self.read_header(pos)?;
             if first {
                 if let Some(e) = start {
                     if h.last_offset != e.offset {
-                        return Err(corrupt(&self.log_path, pos, "index entry mismatch"));
+                        return Err(corrupt(&self.data.log.path(), pos, "index entry mismatch"));
                     }
                 }
                 first = false;
@@ -256,13 +397,17 @@ impl LogSegment {
             next = h.last_offset + 1;
             pos += h.size as u64;
         }
-        if pos != self.size {
-            return Err(corrupt(&self.log_path, pos, "batch runs past end of file"));
+        if pos != size {
+            return Err(corrupt(
+                &self.data.log.path(),
+                pos,
+                "batch runs past end of file",
+            ));
         }
-        self.next_offset = next;
+        self.data.set_next_offset(next);
         self.max_timestamp = max;
         // The last indexed batch itself counts, as in Kafka's append bookkeeping.
-        self.bytes_since_last_index_entry = self.size - start.map_or(0, |e| e.position as u64);
+        self.bytes_since_last_index_entry = size - start.map_or(0, |e| e.position as u64);
         Ok(())
     }
 
@@ -270,23 +415,22 @@ impl LogSegment {
     /// rebuilds both indexes and truncates the log at the first bad batch. Returns the number of
     /// bytes truncated.
     pub fn recover(&mut self) -> Result<u64, StorageError> {
-        self.offset_index.reset()?;
+        self.data.offset_index.reset()?;
         self.time_index.reset()?;
         self.bytes_since_last_index_entry = 0;
         self.max_timestamp = TimestampOffset {
             timestamp: -1,
-            offset: self.base_offset,
+            offset: self.base_offset(),
         };
         self.rolling_based_timestamp = None;
-        self.next_offset = self.base_offset;
-        let file_len = self.log.metadata()?.len();
+        self.data.set_next_offset(self.base_offset());
+        let file_len = self.data.log.len_on_disk()?;
+        let log_path = self.data.log.path();
         let mut valid = 0u64;
         let mut chunk = RECOVERY_CHUNK;
-        let mut buf = Vec::new();
         'scan: while valid < file_len {
             let len = (chunk as u64).min(file_len - valid) as usize;
-            buf.resize(len, 0);
-            self.log.read_exact_at(&mut buf, valid)?;
+            let buf = self.data.log.read_exact_vec(valid, len)?;
             let mut consumed = 0usize;
             let mut need = None;
             for item in BatchIter::new(&buf) {
@@ -297,21 +441,21 @@ impl LogSegment {
                         break;
                     }
                     Err(e) => {
-                        tracing::warn!(path = %self.log_path.display(), pos = valid + consumed as u64, "recovery: {e}");
+                        tracing::warn!(path = %log_path.display(), pos = valid + consumed as u64, "recovery: {e}");
                         valid += consumed as u64;
                         break 'scan;
                     }
                 };
-                let in_order = view.base_offset() >= self.next_offset
+                let in_order = view.base_offset() >= self.next_offset()
                     && view.last_offset() >= view.base_offset()
-                    && view.last_offset() - self.base_offset <= i32::MAX as i64;
+                    && view.last_offset() - self.base_offset() <= i32::MAX as i64;
                 if let Err(e) = view.validate() {
-                    tracing::warn!(path = %self.log_path.display(), pos = valid + consumed as u64, "recovery: {e}");
+                    tracing::warn!(path = %log_path.display(), pos = valid + consumed as u64, "recovery: {e}");
                     valid += consumed as u64;
                     break 'scan;
                 }
                 if !in_order {
-                    tracing::warn!(path = %self.log_path.display(), pos = valid + consumed as u64, "recovery: offsets out of order");
+                    tracing::warn!(path = %log_path.display(), pos = valid + consumed as u64, "recovery: offsets out of order");
                     valid += consumed as u64;
                     break 'scan;
                 }
@@ -334,10 +478,10 @@ impl LogSegment {
         }
         let truncated = file_len - valid;
         if truncated > 0 {
-            tracing::warn!(path = %self.log_path.display(), truncated, "recovery truncated invalid bytes");
-            self.log.set_len(valid)?;
+            tracing::warn!(path = %log_path.display(), truncated, "recovery truncated invalid bytes");
+            self.data.log.set_len(valid)?;
         }
-        self.size = valid;
+        self.data.set_size(valid);
         // A normally closed segment ends with its largest timestamp in the time index.
         self.time_index
             .maybe_append(self.max_timestamp.timestamp, self.max_timestamp.offset)?;
@@ -363,22 +507,24 @@ impl LogSegment {
             };
         }
         if self.bytes_since_last_index_entry > self.index_interval_bytes {
-            self.offset_index.append(last_offset, position as u32)?;
+            self.data
+                .offset_index
+                .append(last_offset, position as u32)?;
             self.time_index
                 .maybe_append(self.max_timestamp.timestamp, self.max_timestamp.offset)?;
             self.bytes_since_last_index_entry = 0;
         }
         self.bytes_since_last_index_entry += size as u64;
-        self.next_offset = last_offset + 1;
+        self.data.set_next_offset(last_offset + 1);
         Ok(())
     }
 
     /// Appends already validated batches with their final offsets.
     pub fn append(&mut self, records: &[u8]) -> Result<(), StorageError> {
-        let start = self.size;
-        if let Err(e) = self.log.write_all_at(records, start) {
+        let start = self.size();
+        if let Err(e) = self.data.log.write_all_at(records, start) {
             // Leave no partial batch behind for the next append to land after.
-            let _ = self.log.set_len(start);
+            let _ = self.data.log.set_len(start);
             return Err(e.into());
         }
         let mut pos = start;
@@ -387,7 +533,8 @@ impl LogSegment {
             self.on_batch(pos, view.last_offset(), view.max_timestamp(), view.size())?;
             pos += view.size() as u64;
         }
-        self.size = pos;
+        // Published last: readers may now read up to `pos`.
+        self.data.set_size(pos);
         Ok(())
     }
 
@@ -401,7 +548,7 @@ impl LogSegment {
         now: i64,
     ) -> bool {
         // Rolling an empty segment would only replace it with another empty one.
-        if self.size == 0 {
+        if self.size() == 0 {
             return false;
         }
         // Positions in the index are int32.
@@ -410,32 +557,20 @@ impl LogSegment {
             Some(ts) if ts >= 0 => max_timestamp_in_messages - ts,
             _ => now - self.created_ms,
         };
-        self.size + messages_size as u64 > max_bytes
+        self.size() + messages_size as u64 > max_bytes
             || waited > config.segment_ms
-            || self.offset_index.is_full()
+            || self.data.offset_index.is_full()
             || self.time_index.is_full()
-            || max_offset_in_messages - self.base_offset > i32::MAX as i64
+            || max_offset_in_messages - self.base_offset() > i32::MAX as i64
     }
 
     pub fn read_header(&self, pos: u64) -> Result<BatchHeader, StorageError> {
-        if pos + HEADER_SIZE as u64 > self.size {
-            return Err(corrupt(&self.log_path, pos, "truncated batch header"));
-        }
-        let mut buf = [0u8; HEADER_SIZE];
-        self.log.read_exact_at(&mut buf, pos)?;
-        let h = BatchHeader::parse(&buf).map_err(|e| corrupt(&self.log_path, pos, e))?;
-        if pos + h.size as u64 > self.size {
-            return Err(corrupt(&self.log_path, pos, "batch runs past end of file"));
-        }
-        Ok(h)
+        self.data.read_header(pos, self.size())
     }
 
     /// Reads `len` bytes at `pos` (clamped to the segment size).
     pub fn read_at(&self, pos: u64, len: usize) -> Result<Vec<u8>, StorageError> {
-        let len = (len as u64).min(self.size.saturating_sub(pos)) as usize;
-        let mut buf = vec![0u8; len];
-        self.log.read_exact_at(&mut buf, pos)?;
-        Ok(buf)
+        self.data.read_at(pos, len, self.size())
     }
 
     /// The position and header of the first batch whose last offset is >= `offset`.
@@ -443,15 +578,7 @@ impl LogSegment {
         &self,
         offset: i64,
     ) -> Result<Option<(u64, BatchHeader)>, StorageError> {
-        let mut pos = self.offset_index.lookup(offset).position as u64;
-        while pos < self.size {
-            let h = self.read_header(pos)?;
-            if h.last_offset >= offset {
-                return Ok(Some((pos, h)));
-            }
-            pos += h.size as u64;
-        }
-        Ok(None)
+        self.data.translate_offset(offset, self.size())
     }
 
     /// The first record at or after `starting_offset` whose timestamp is >= `ts`.
@@ -463,9 +590,13 @@ impl LogSegment {
         let from = self
             .time_index
             .lookup_before(ts)
-            .map_or(self.base_offset, |e| e.offset);
-        let mut pos = self.offset_index.lookup(from.max(starting_offset)).position as u64;
-        while pos < self.size {
+            .map_or(self.base_offset(), |e| e.offset);
+        let mut pos = self
+            .data
+            .offset_index
+            .lookup(from.max(starting_offset))
+            .position as u64;
+        while pos < self.size() {
             let h = self.read_header(pos)?;
             if h.last_offset >= starting_offset && h.max_timestamp >= ts {
                 let found =
@@ -485,10 +616,10 @@ impl LogSegment {
         if max.timestamp < 0 {
             return Ok(None);
         }
-        let mut pos = self.offset_index.lookup(max.offset).position as u64;
+        let mut pos = self.data.offset_index.lookup(max.offset).position as u64;
         // `max.offset` is the last offset of the batch holding the max, so the index entry found
         // for it points at that batch or an earlier one.
-        while pos < self.size {
+        while pos < self.size() {
             let h = self.read_header(pos)?;
             if h.max_timestamp == max.timestamp {
                 return self.search_batch(pos, &h, |_, t| t == max.timestamp);
@@ -506,7 +637,8 @@ impl LogSegment {
         pred: impl Fn(i64, i64) -> bool,
     ) -> Result<Option<TimestampAndOffset>, StorageError> {
         let bytes = self.read_at(pos, h.size)?;
-        let view = batch::BatchView::parse(&bytes).map_err(|e| corrupt(&self.log_path, pos, e))?;
+        let view =
+            batch::BatchView::parse(&bytes).map_err(|e| corrupt(&self.data.log.path(), pos, e))?;
         if view.is_log_append_time() {
             // Every record of a LogAppendTime batch has the batch's max timestamp.
             for offset in h.base_offset..=h.last_offset {
@@ -521,7 +653,7 @@ impl LogSegment {
             return Ok(None);
         }
         let set = RecordBatchDecoder::decode(&mut &bytes[..])
-            .map_err(|e| corrupt(&self.log_path, pos, e))?;
+            .map_err(|e| corrupt(&self.data.log.path(), pos, e))?;
         Ok(set
             .records
             .iter()
@@ -534,16 +666,19 @@ impl LogSegment {
     }
 
     /// Drops every batch whose last offset is >= `offset` (so a batch containing `offset` goes
-    /// whole). Returns the bytes removed.
+    /// whole). Returns the bytes removed. The smaller size is published before the file shrinks,
+    /// so a reader starting now does not read the bytes being cut.
     pub fn truncate_to(&mut self, offset: i64) -> Result<u64, StorageError> {
         let mapping = self.translate_offset(offset)?;
-        self.offset_index.truncate_to(offset)?;
-        self.time_index.truncate_to(offset)?;
         let mut removed = 0;
         if let Some((pos, _)) = mapping {
-            removed = self.size - pos;
-            self.log.set_len(pos)?;
-            self.size = pos;
+            removed = self.size() - pos;
+            self.data.set_size(pos);
+        }
+        self.data.offset_index.truncate_to(offset)?;
+        self.time_index.truncate_to(offset)?;
+        if let Some((pos, _)) = mapping {
+            self.data.log.set_len(pos)?;
         }
         self.load_tail()?;
         if let Some(last) = self.time_index.last_entry() {
@@ -551,7 +686,7 @@ impl LogSegment {
                 self.max_timestamp = last;
             }
         }
-        if self.size == 0 {
+        if self.size() == 0 {
             self.created_ms = now_ms();
         }
         Ok(removed)
@@ -564,9 +699,10 @@ impl LogSegment {
             .maybe_append(self.max_timestamp.timestamp, self.max_timestamp.offset)
     }
 
+    /// Fsyncs whichever of the three files were written since their last fsync.
     pub fn flush(&self) -> io::Result<()> {
-        self.log.sync_all()?;
-        self.offset_index.flush()?;
+        self.data.log.sync()?;
+        self.data.offset_index.flush()?;
         self.time_index.flush()
     }
 
@@ -575,13 +711,31 @@ impl LogSegment {
         self.flush()
     }
 
+    /// Closes the segment's descriptors (they reopen on the next use).
+    pub fn close_handles(&self) {
+        self.data.log.close();
+        self.data.offset_index.slot().close();
+        self.time_index.slot().close();
+    }
+
+    fn slots(&self) -> [&FileSlot; 3] {
+        [
+            &self.data.log,
+            self.data.offset_index.slot(),
+            self.time_index.slot(),
+        ]
+    }
+
+    /// Takes the segment out of service: readers holding it retry elsewhere on failure.
+    pub(crate) fn mark_removed(&self) {
+        self.data.mark_removed();
+    }
+
     pub fn delete_files(self) -> io::Result<()> {
-        for p in [
-            self.log_path.as_path(),
-            self.offset_index.path(),
-            self.time_index.path(),
-        ] {
-            match std::fs::remove_file(p) {
+        self.mark_removed();
+        for slot in self.slots() {
+            slot.close();
+            match std::fs::remove_file(slot.path()) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
@@ -590,23 +744,47 @@ impl LogSegment {
         Ok(())
     }
 
+    /// Kafka's asynchronous delete, first step: renames the three files with the `.deleted`
+    /// suffix and returns their new paths, for removal after `file.delete.delay.ms`.
+    pub(crate) fn rename_for_delete(&self) -> io::Result<Vec<PathBuf>> {
+        self.mark_removed();
+        let mut renamed = Vec::new();
+        for slot in self.slots() {
+            let mut to = slot.path().into_os_string();
+            to.push(crate::DELETED_FILE_SUFFIX);
+            let to = PathBuf::from(to);
+            match slot.rename(to.clone()) {
+                Ok(()) => renamed.push(to),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            slot.close();
+        }
+        Ok(renamed)
+    }
+
     pub fn update_config(&mut self, config: &LogConfig) {
         self.index_interval_bytes = config.index_interval_bytes as u64;
-        self.offset_index
+        self.data
+            .offset_index
             .set_max_entries(config.max_offset_index_entries());
         self.time_index
             .set_max_entries(config.max_time_index_entries());
     }
 
+    pub(crate) fn data(&self) -> &Arc<SegmentData> {
+        &self.data
+    }
+
     pub fn base_offset(&self) -> i64 {
-        self.base_offset
+        self.data.base_offset
     }
     pub fn size(&self) -> u64 {
-        self.size
+        self.data.size()
     }
     /// The offset after the last batch, or the base offset if the segment is empty.
     pub fn next_offset(&self) -> i64 {
-        self.next_offset
+        self.data.next_offset()
     }
     pub fn max_timestamp(&self) -> TimestampOffset {
         self.max_timestamp
@@ -616,15 +794,14 @@ impl LogSegment {
         if self.max_timestamp.timestamp >= 0 {
             return self.max_timestamp.timestamp;
         }
-        self.log
-            .metadata()
+        std::fs::metadata(self.data.log.path())
             .and_then(|m| m.modified())
             .ok()
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_millis() as i64)
     }
     pub fn offset_index(&self) -> &OffsetIndex {
-        &self.offset_index
+        &self.data.offset_index
     }
     pub fn time_index(&self) -> &TimeIndex {
         &self.time_index

@@ -1,191 +1,130 @@
-//! Fetch: whole batches from the log up to the high watermark, as raw bytes. A fetch that has
-//! less than `min_bytes` waits (at most `max_wait_ms`) until an append to one of its partitions
-//! wakes it, then reads again.
+//! Fetch: decodes the request into the replica manager's [`FetchParams`] and partitions, runs
+//! [`crate::replica_manager::ReplicaManager::fetch_messages`] (reads, the fetch purgatory) and
+//! encodes its answer. Whole batches, as raw bytes.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use strom_protocol::kafka::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use strom_protocol::kafka::messages::{FetchRequest, FetchResponse, TopicName};
+
 use strom_protocol::ErrorCode;
-use strom_storage::StorageError;
-use tokio::sync::Notify;
-use tokio::time::Instant;
 
 use super::str_bytes;
+use crate::partition::{FetchIsolation, PartitionFetch};
+use crate::replica_manager::fetch::{FetchParams, FetchPartitionRequest};
 use crate::server::Broker;
 
 const READ_COMMITTED: i8 = 1;
 
 pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
-    let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
-    let waiter = Arc::new(Notify::new());
-    let mut last_try = req.max_wait_ms <= 0;
-    loop {
-        let (resp, bytes, errors) = read_all(broker, &req, version, (!last_try).then_some(&waiter));
-        if last_try || errors || bytes >= req.min_bytes.max(0) as usize {
-            return resp;
-        }
-        tokio::select! {
-            _ = waiter.notified() => {}
-            _ = tokio::time::sleep_until(deadline) => last_try = true,
-        }
-    }
-}
-
-/// One pass over the requested partitions. Returns the response, the record bytes in it and
-/// whether any partition had an error (which completes a delayed fetch at once, as in Kafka).
-fn read_all(
-    broker: &Arc<Broker>,
-    req: &FetchRequest,
-    version: i16,
-    waiter: Option<&Arc<Notify>>,
-) -> (FetchResponse, usize, bool) {
-    let image = broker.image();
-    // Fetch v3+ caps the whole response; the first partition with data may exceed it so a
-    // consumer never gets stuck behind a batch larger than its limits.
-    let mut remaining = if req.max_bytes > 0 {
-        req.max_bytes as usize
-    } else {
-        usize::MAX
-    };
-    let mut min_one_message = true;
-    let mut total = 0usize;
-    let mut errors = false;
     // Fetch v15+ names the follower in replica_state, earlier versions in replica_id.
     let replica_id = if req.replica_state.replica_id.0 >= 0 {
         req.replica_state.replica_id.0
     } else {
         req.replica_id.0
     };
-    let is_replica = replica_id >= 0;
-    let now = crate::now_ms();
-    let mut topics = Vec::with_capacity(req.topics.len());
-    for topic in &req.topics {
-        let name: Option<String> = if version >= 13 {
-            image.topic_by_id(&topic.topic_id).map(|t| t.name.clone())
+    let replica_id = (replica_id >= 0).then_some(replica_id);
+    let isolation = if replica_id.is_some() {
+        FetchIsolation::LogEnd
+    } else if req.isolation_level == READ_COMMITTED {
+        FetchIsolation::TxnCommitted
+    } else {
+        FetchIsolation::HighWatermark
+    };
+    let params = FetchParams {
+        replica_id,
+        max_wait: Duration::from_millis(req.max_wait_ms.max(0) as u64),
+        min_bytes: req.min_bytes.max(0) as usize,
+        max_bytes: if req.max_bytes > 0 {
+            req.max_bytes as usize
         } else {
-            Some(topic.topic.0.to_string())
-        };
-        let mut partitions = Vec::with_capacity(topic.partitions.len());
+            usize::MAX
+        },
+        isolation,
+        fetch_only_leader: true,
+    };
+    let image = broker.image();
+    let names: Vec<Option<String>> = req
+        .topics
+        .iter()
+        .map(|t| {
+            if version >= 13 {
+                image.topic_by_id(&t.topic_id).map(|t| t.name.clone())
+            } else {
+                Some(t.topic.0.to_string())
+            }
+        })
+        .collect();
+    drop(image);
+    let mut requests = Vec::new();
+    for (topic, name) in req.topics.iter().zip(&names) {
         for fp in &topic.partitions {
-            let mut data = PartitionData::default()
-                .with_partition_index(fp.partition)
-                .with_high_watermark(-1)
-                .with_last_stable_offset(-1)
-                .with_log_start_offset(-1)
-                .with_preferred_read_replica((-1).into())
-                .with_records(Some(Bytes::new()));
-            if req.isolation_level == READ_COMMITTED {
-                data.aborted_transactions = Some(Vec::new());
-            }
-            let Some(name) = &name else {
-                errors = true;
-                partitions.push(data.with_error_code(ErrorCode::UnknownTopicId.code()));
-                continue;
-            };
-            let Some(partition) = broker.replica_manager.get(name, fp.partition) else {
-                errors = true;
-                partitions.push(data.with_error_code(ErrorCode::UnknownTopicOrPartition.code()));
-                continue;
-            };
-            if !partition.is_leader() {
-                errors = true;
-                partitions.push(data.with_error_code(ErrorCode::NotLeaderOrFollower.code()));
-                continue;
-            }
-            let epoch = partition.leader_epoch();
-            if version >= 9 && fp.current_leader_epoch >= 0 && fp.current_leader_epoch != epoch {
-                errors = true;
-                let code = if fp.current_leader_epoch < epoch {
-                    ErrorCode::FencedLeaderEpoch
-                } else {
-                    ErrorCode::UnknownLeaderEpoch
-                };
-                partitions.push(data.with_error_code(code.code()));
-                continue;
-            }
-            if let Some(w) = waiter {
-                partition.register_waiter(w);
-            }
-            let limit = (fp.partition_max_bytes.max(0) as usize).min(remaining);
-            let hw = partition.high_watermark();
-            data.high_watermark = hw;
-            data.last_stable_offset = hw;
-            // The LEO before the read: appends after it must not keep a follower out of sync.
-            let leader_leo = partition.log_end_offset();
-            if version >= 12 && fp.last_fetched_epoch >= 0 {
-                // KIP-320: the fetcher's last epoch must end at or after its fetch offset here,
-                // else it holds a divergent tail; tell it where that epoch ends instead of data.
-                let (epoch, end) = partition.end_offset_for_epoch(fp.last_fetched_epoch);
-                if epoch < 0 || end < 0 || fp.fetch_offset < partition.log_start_offset() {
-                    errors = true;
-                    data.log_start_offset = partition.log_start_offset();
-                    partitions.push(data.with_error_code(ErrorCode::OffsetOutOfRange.code()));
-                    continue;
-                }
-                if epoch < fp.last_fetched_epoch || end < fp.fetch_offset {
-                    errors = true;
-                    data.log_start_offset = partition.log_start_offset();
-                    data.diverging_epoch.epoch = epoch;
-                    data.diverging_epoch.end_offset = end;
-                    partitions.push(data);
-                    continue;
-                }
-            }
-            if is_replica && !partition.is_known_replica(replica_id) {
-                errors = true;
-                let code = if version >= 9 && fp.current_leader_epoch >= 0 {
-                    ErrorCode::UnknownLeaderEpoch
-                } else {
-                    ErrorCode::NotLeaderOrFollower
-                };
-                partitions.push(data.with_error_code(code.code()));
-                continue;
-            }
-            match partition.read(fp.fetch_offset, limit, min_one_message, !is_replica) {
-                Ok(info) => {
-                    if is_replica {
-                        partition.update_follower_fetch_state(
-                            replica_id,
-                            fp.fetch_offset,
-                            fp.log_start_offset,
-                            now,
-                            leader_leo,
-                        );
-                    }
-                    data.log_start_offset = info.log_start_offset;
-                    let n = info.records.len();
-                    if n > 0 {
-                        min_one_message = false;
-                        remaining = remaining.saturating_sub(n);
-                        total += n;
-                    }
-                    data.records = Some(info.records);
-                }
-                Err(e) => {
-                    errors = true;
-                    data.log_start_offset = partition.log_start_offset();
-                    data.error_code = e.error_code().code();
-                    if !matches!(e, StorageError::OffsetOutOfRange { .. }) {
-                        tracing::warn!(topic = %name, partition = fp.partition, error = %e, "fetch read failed");
-                    }
-                }
-            }
-            partitions.push(data);
+            requests.push(FetchPartitionRequest {
+                topic: name.clone(),
+                partition: fp.partition,
+                fetch: PartitionFetch {
+                    fetch_offset: fp.fetch_offset,
+                    current_leader_epoch: (version >= 9 && fp.current_leader_epoch >= 0)
+                        .then_some(fp.current_leader_epoch),
+                    last_fetched_epoch: (version >= 12 && fp.last_fetched_epoch >= 0)
+                        .then_some(fp.last_fetched_epoch),
+                    log_start_offset: fp.log_start_offset,
+                    max_bytes: fp.partition_max_bytes.max(0) as usize,
+                },
+            });
         }
-        topics.push(
+    }
+    let mut results = broker
+        .replica_manager
+        .fetch_messages(&params, &requests)
+        .await
+        .into_iter();
+    let topics = req
+        .topics
+        .iter()
+        .zip(&names)
+        .map(|(topic, name)| {
+            let partitions = topic
+                .partitions
+                .iter()
+                .map(|fp| {
+                    let r = results.next().expect("one result per partition");
+                    let mut data = PartitionData::default()
+                        .with_partition_index(fp.partition)
+                        .with_error_code(r.error.map_or(0, |e| {
+                            // Fetch v5 and older do not know KAFKA_STORAGE_ERROR (Kafka's
+                            // FetchResponse maps it to NOT_LEADER_OR_FOLLOWER there).
+                            if e == ErrorCode::KafkaStorageError && version <= 5 {
+                                ErrorCode::NotLeaderOrFollower.code()
+                            } else {
+                                e.code()
+                            }
+                        }))
+                        .with_high_watermark(r.high_watermark)
+                        .with_last_stable_offset(r.last_stable_offset)
+                        .with_log_start_offset(r.log_start_offset)
+                        .with_preferred_read_replica((-1).into())
+                        .with_records(Some(r.records));
+                    if let Some(d) = r.diverging_epoch {
+                        data.diverging_epoch.epoch = d.epoch;
+                        data.diverging_epoch.end_offset = d.end_offset;
+                    }
+                    if req.isolation_level == READ_COMMITTED {
+                        data.aborted_transactions = Some(Vec::new());
+                    }
+                    data
+                })
+                .collect();
             FetchableTopicResponse::default()
                 .with_topic(TopicName(str_bytes(
                     name.as_deref().unwrap_or(topic.topic.0.as_str()),
                 )))
                 .with_topic_id(topic.topic_id)
-                .with_partitions(partitions),
-        );
-    }
-    let resp = FetchResponse::default()
+                .with_partitions(partitions)
+        })
+        .collect();
+    FetchResponse::default()
         .with_session_id(0)
-        .with_responses(topics);
-    (resp, total, errors)
+        .with_responses(topics)
 }

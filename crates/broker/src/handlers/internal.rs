@@ -9,8 +9,9 @@ use strom_protocol::kafka::messages::alter_partition_response::{
 };
 use strom_protocol::kafka::messages::{
     AllocateProducerIdsRequest, AllocateProducerIdsResponse, AlterPartitionRequest,
-    AlterPartitionResponse, BrokerHeartbeatRequest, BrokerHeartbeatResponse,
-    BrokerRegistrationRequest, BrokerRegistrationResponse, ProducerId,
+    AlterPartitionResponse, AssignReplicasToDirsRequest, AssignReplicasToDirsResponse,
+    BrokerHeartbeatRequest, BrokerHeartbeatResponse, BrokerRegistrationRequest,
+    BrokerRegistrationResponse, ProducerId,
 };
 
 use crate::server::Broker;
@@ -146,5 +147,49 @@ pub async fn broker_heartbeat(
             .with_is_caught_up(true)
             .with_is_fenced(fenced),
         Err(e) => BrokerHeartbeatResponse::default().with_error_code(e.code()),
+    }
+}
+
+/// AssignReplicasToDirs (KIP-858) from a broker: its replicas' log dirs, offline ones in
+/// Kafka's `DirectoryId.LOST` (`strom_controller::log_dirs`).
+pub async fn assign_replicas_to_dirs(
+    broker: &Arc<Broker>,
+    req: AssignReplicasToDirsRequest,
+) -> AssignReplicasToDirsResponse {
+    use strom_protocol::kafka::messages::assign_replicas_to_dirs_response::{
+        DirectoryData, PartitionData, TopicData,
+    };
+    let dirs = crate::directory_assignments::from_request(&req);
+    let unclean = broker.config.unclean_leader_election_enable;
+    match broker
+        .controller
+        .assign_replicas_to_dirs(req.broker_id.0, &dirs, unclean)
+        .await
+    {
+        Ok(results) => {
+            let directories = dirs
+                .iter()
+                .zip(results)
+                .map(|((dir, _), codes)| {
+                    let mut topics: Vec<TopicData> = Vec::new();
+                    for (topic_id, p, code) in codes {
+                        let part = PartitionData::default()
+                            .with_partition_index(p)
+                            .with_error_code(code);
+                        match topics.iter_mut().find(|t| t.topic_id == topic_id) {
+                            Some(t) => t.partitions.push(part),
+                            None => topics.push(
+                                TopicData::default()
+                                    .with_topic_id(topic_id)
+                                    .with_partitions(vec![part]),
+                            ),
+                        }
+                    }
+                    DirectoryData::default().with_id(*dir).with_topics(topics)
+                })
+                .collect();
+            AssignReplicasToDirsResponse::default().with_directories(directories)
+        }
+        Err(e) => AssignReplicasToDirsResponse::default().with_error_code(e.code()),
     }
 }

@@ -31,8 +31,12 @@ pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> Li
                         .with_timestamp(-1)
                         .with_offset(-1)
                         .with_leader_epoch(-1);
-                    let Some(p) = broker.replica_manager.get(&name, lp.partition_index) else {
-                        return resp.with_error_code(ErrorCode::UnknownTopicOrPartition.code());
+                    let p = match broker
+                        .replica_manager
+                        .get_partition_or_error(&name, lp.partition_index)
+                    {
+                        Ok(p) => p,
+                        Err(code) => return resp.with_error_code(code.code()),
                     };
                     if !p.is_leader() {
                         return resp.with_error_code(ErrorCode::NotLeaderOrFollower.code());

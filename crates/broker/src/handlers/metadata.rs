@@ -24,7 +24,12 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
     };
     let mut topics = Vec::new();
     if all {
-        topics.extend(image.topics.values().map(|t| topic_response(&image, t)));
+        topics.extend(
+            image
+                .topics
+                .values()
+                .map(|t| topic_response(broker, &image, t)),
+        );
     } else {
         let requested = req.topics.unwrap_or_default();
         // Auto-create first, in one controller call, then answer from the new image.
@@ -55,7 +60,7 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
                 (None, id) => image.topic_by_id(&id),
             };
             match found {
-                Some(topic) => topics.push(topic_response(&image, topic)),
+                Some(topic) => topics.push(topic_response(broker, &image, topic)),
                 None => {
                     let code = match &t.name {
                         Some(n) if names::validate(n.0.as_str()).is_err() => {
@@ -100,7 +105,12 @@ fn brokers(image: &MetadataImage) -> Vec<MetadataResponseBroker> {
         .collect()
 }
 
-fn topic_response(image: &MetadataImage, t: &TopicImage) -> MetadataResponseTopic {
+/// Kafka's `KRaftMetadataCache.getOfflineReplicas`: a replica is offline when its broker is
+/// unregistered or fenced, or its log dir is offline (here: the replica is offline in the image,
+/// or — fresher than the image, and the only source on a single node before the controller
+/// has recorded it — in this broker's own replica manager).
+fn topic_response(broker: &Broker, image: &MetadataImage, t: &TopicImage) -> MetadataResponseTopic {
+    let node = broker.config.node_id;
     let partitions = t
         .partitions
         .iter()
@@ -108,7 +118,11 @@ fn topic_response(image: &MetadataImage, t: &TopicImage) -> MetadataResponseTopi
             let offline: Vec<BrokerId> = reg
                 .replicas
                 .iter()
-                .filter(|r| image.brokers.get(r).is_none_or(|b| b.fenced))
+                .filter(|&&r| {
+                    image.brokers.get(&r).is_none_or(|b| b.fenced)
+                        || image.replica_is_offline(r, &t.id, *p)
+                        || (r == node && broker.replica_manager.is_offline(&t.name, *p))
+                })
                 .map(|&r| BrokerId(r))
                 .collect();
             let error = if reg.leader < 0 {

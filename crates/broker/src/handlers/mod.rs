@@ -12,6 +12,8 @@ mod init_producer_id;
 mod internal;
 mod list_offsets;
 mod metadata;
+#[cfg(test)]
+mod offline_tests;
 mod offset_for_leader_epoch;
 mod produce;
 #[cfg(test)]
@@ -195,6 +197,11 @@ pub async fn handle(
         }
         ApiKey::BrokerHeartbeat => {
             let resp = internal::broker_heartbeat(broker, body!(BrokerHeartbeatRequest)).await;
+            encode(api_key, version, corr, &resp)
+        }
+        ApiKey::AssignReplicasToDirs => {
+            let resp =
+                internal::assign_replicas_to_dirs(broker, body!(AssignReplicasToDirsRequest)).await;
             encode(api_key, version, corr, &resp)
         }
         ApiKey::ElectLeaders => {

@@ -28,8 +28,12 @@ pub fn handle(
                         .with_partition(p.partition)
                         .with_leader_epoch(-1)
                         .with_end_offset(-1);
-                    let Some(part) = broker.replica_manager.get(&name, p.partition) else {
-                        return res.with_error_code(ErrorCode::UnknownTopicOrPartition.code());
+                    let part = match broker
+                        .replica_manager
+                        .get_partition_or_error(&name, p.partition)
+                    {
+                        Ok(p) => p,
+                        Err(code) => return res.with_error_code(code.code()),
                     };
                     if !part.is_leader() {
                         return res.with_error_code(ErrorCode::NotLeaderOrFollower.code());

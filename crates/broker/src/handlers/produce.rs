@@ -2,7 +2,8 @@
 //! stays bytes: only its header is read here and in storage. With acks=all the response waits
 //! until each partition's HW covers its append ([`handle_async`]; see
 //! [`crate::replication::delayed_produce`]); `min.insync.replicas` is checked before the append
-//! (NOT_ENOUGH_REPLICAS) and at completion (NOT_ENOUGH_REPLICAS_AFTER_APPEND), as in Kafka.
+//! (NOT_ENOUGH_REPLICAS, under the partition's lock with the append) and at completion
+//! (NOT_ENOUGH_REPLICAS_AFTER_APPEND), as in Kafka.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,7 @@ use strom_protocol::ErrorCode;
 use strom_storage::AppendOrigin;
 
 use super::str_bytes;
-use crate::partition::Partition;
+use crate::partition::{Partition, PartitionError};
 use crate::replication::{wait_for_acks, AckResult};
 use crate::server::Broker;
 
@@ -89,24 +90,21 @@ fn append_all(
                     if !acks_ok {
                         return resp.with_error_code(ErrorCode::InvalidRequiredAcks.code());
                     }
-                    let Some(partition) = broker.replica_manager.get(&name, pd.index) else {
-                        return resp.with_error_code(ErrorCode::UnknownTopicOrPartition.code());
+                    let partition = match broker.replica_manager.get_partition_or_error(&name, pd.index) {
+                        Ok(p) => p,
+                        Err(code) => return resp.with_error_code(code.code()),
                     };
-                    if !partition.is_leader() {
-                        return resp.with_error_code(ErrorCode::NotLeaderOrFollower.code());
-                    }
+                    // The leader epoch checked here goes with the append, which is refused if
+                    // leadership moved in between (never stamped with a newer leader's epoch).
+                    let leader_epoch = match partition.leader_epoch_if_leader() {
+                        Ok(e) => e,
+                        Err(e) => return resp.with_error_code(e.error_code().code()),
+                    };
                     let records = pd.records.unwrap_or_default();
                     if let Err((code, msg)) = check_one_batch(&records, version) {
                         return resp.with_error_code(code.code()).with_error_message(Some(str_bytes(&msg)));
                     }
-                    if acks_all {
-                        if let Err(msg) = partition.check_min_isr_for_acks_all() {
-                            return resp
-                                .with_error_code(ErrorCode::NotEnoughReplicas.code())
-                                .with_error_message(Some(str_bytes(&msg)));
-                        }
-                    }
-                    match partition.append_records_to_leader(&records, AppendOrigin::Client, now) {
+                    match partition.append_records_to_leader(&records, AppendOrigin::Client, req.acks, leader_epoch, now) {
                         Ok(info) => {
                             if acks_all {
                                 pending.push((ti, pi, partition.clone(), info.last_offset + 1));
@@ -118,9 +116,15 @@ fn append_all(
                         }
                         Err(e) => {
                             tracing::debug!(topic = %name, partition = pd.index, error = %e, "produce rejected");
-                            resp.with_error_code(e.error_code().code())
+                            if let PartitionError::Storage(se) = &e {
+                                broker.replica_manager.handle_storage_error(&partition, se);
+                            }
+                            resp.with_error_code(produce_error_code(&e).code())
                                 .with_error_message(Some(str_bytes(&e.to_string())))
-                                .with_log_start_offset(partition.log_start_offset())
+                                .with_log_start_offset(match e {
+                                    PartitionError::Storage(_) => partition.log_start_offset(),
+                                    _ => -1,
+                                })
                         }
                     }
                 })
@@ -134,6 +138,19 @@ fn append_all(
         ProduceResponse::default().with_responses(responses),
         pending,
     )
+}
+
+/// A produce carries no leader epoch, so a leadership change between the check and the append
+/// (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH from the partition) is NOT_LEADER_OR_FOLLOWER to
+/// the client: retriable with a metadata refresh everywhere, where librdkafka treats a fenced
+/// epoch on produce as fatal for the message.
+fn produce_error_code(e: &PartitionError) -> ErrorCode {
+    match e {
+        PartitionError::FencedLeaderEpoch { .. } | PartitionError::UnknownLeaderEpoch { .. } => {
+            ErrorCode::NotLeaderOrFollower
+        }
+        other => other.error_code(),
+    }
 }
 
 /// Produce v3+ carries exactly one magic-2 batch per partition (Kafka's

@@ -1,7 +1,9 @@
 //! The delayed operations of the request handlers on tokio's paused clock (Kafka's fetch and
 //! produce purgatories): a fetch short of `min_bytes` answers when an append wakes it, or with
 //! what it has exactly at `max_wait_ms`; an acks=all produce answers when a follower fetch moves
-//! the HW past its batch, or with REQUEST_TIMED_OUT exactly at the request's `timeout_ms`.
+//! the HW past its batch, or with REQUEST_TIMED_OUT exactly at the request's `timeout_ms`; a
+//! DeleteRecords answers on the follower fetch that brings the low watermark to its offset, or
+//! at its timeout.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,10 +11,14 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use strom_controller::CreateTopicSpec;
+use strom_protocol::kafka::messages::delete_records_request::{
+    DeleteRecordsPartition, DeleteRecordsTopic,
+};
 use strom_protocol::kafka::messages::fetch_request::{FetchPartition, FetchTopic};
 use strom_protocol::kafka::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use strom_protocol::kafka::messages::{
-    BrokerId, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, TopicName,
+    BrokerId, DeleteRecordsRequest, DeleteRecordsResponse, FetchRequest, FetchResponse,
+    ProduceRequest, ProduceResponse, TopicName,
 };
 use strom_protocol::kafka::protocol::StrBytes;
 use strom_protocol::records::{
@@ -22,7 +28,7 @@ use strom_protocol::ErrorCode;
 use strom_storage::AppendOrigin;
 use tokio::time::Instant;
 
-use super::{fetch, produce};
+use super::{delete_records, fetch, produce};
 use crate::config::BrokerConfig;
 use crate::partition::Partition;
 use crate::replication::LeaderAndIsr;
@@ -135,8 +141,14 @@ async fn fetch_answers_on_the_append_that_brings_min_bytes() {
     tokio::time::advance(Duration::from_millis(1_234)).await;
     settle().await;
     assert!(!waiting.is_finished());
-    p.append_records_to_leader(&one_record(), AppendOrigin::Client, crate::now_ms())
-        .unwrap();
+    p.append_records_to_leader(
+        &one_record(),
+        AppendOrigin::Client,
+        1,
+        p.leader_epoch(),
+        crate::now_ms(),
+    )
+    .unwrap();
     settle().await;
     assert!(waiting.is_finished(), "woken by the append, not by a poll");
     assert!(record_bytes(&waiting.await.unwrap()) > 0);
@@ -211,4 +223,207 @@ async fn acks_all_produce_answers_on_the_follower_fetch() {
     assert!(waiting.is_finished(), "woken by the fetch, not by a poll");
     assert_eq!(produce_error(&waiting.await.unwrap()), 0);
     assert_eq!(start.elapsed(), Duration::from_millis(250));
+}
+
+fn delete_request(offset: i64, timeout_ms: i32) -> DeleteRecordsRequest {
+    DeleteRecordsRequest::default()
+        .with_timeout_ms(timeout_ms)
+        .with_topics(vec![DeleteRecordsTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("t")))
+            .with_partitions(vec![DeleteRecordsPartition::default()
+                .with_partition_index(0)
+                .with_offset(offset)])])
+}
+
+fn delete_result(resp: &DeleteRecordsResponse) -> (i16, i64) {
+    let p = &resp.topics[0].partitions[0];
+    (p.error_code, p.low_watermark)
+}
+
+/// Three records, replicated to follower 2 (HW 3), whose log starts at 0.
+fn three_replicated_records(p: &Partition) {
+    add_follower(p);
+    for _ in 0..3 {
+        p.append_records_to_leader(
+            &one_record(),
+            AppendOrigin::Client,
+            1,
+            p.leader_epoch(),
+            crate::now_ms(),
+        )
+        .unwrap();
+    }
+    assert!(p.update_follower_fetch_state(2, 3, 0, crate::now_ms(), 3));
+    assert_eq!(p.high_watermark(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn delete_records_answers_on_the_follower_fetch_that_moves_the_low_watermark() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, p) = broker(&dir).await;
+    three_replicated_records(&p);
+    let b = server.broker();
+    let start = Instant::now();
+    let waiting =
+        tokio::spawn(async move { delete_records::handle(&b, delete_request(2, 30_000)).await });
+    settle().await;
+    assert_eq!(
+        p.log_start_offset(),
+        2,
+        "the leader moved its log start at once"
+    );
+    assert_eq!(p.low_watermark(), 0, "the follower has not yet");
+    tokio::time::advance(Duration::from_millis(400)).await;
+    settle().await;
+    assert!(!waiting.is_finished());
+    // A fetch that moves the follower's log start short of the offset changes nothing.
+    assert!(p.update_follower_fetch_state(2, 3, 1, crate::now_ms(), 3));
+    settle().await;
+    assert!(!waiting.is_finished());
+    assert!(p.update_follower_fetch_state(2, 3, 2, crate::now_ms(), 3));
+    settle().await;
+    assert!(waiting.is_finished(), "woken by the fetch, not by a poll");
+    assert_eq!(delete_result(&waiting.await.unwrap()), (0, 2));
+    assert_eq!(start.elapsed(), Duration::from_millis(400));
+    assert_eq!(p.delayed_operations().delete_records.num_delayed(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn delete_records_times_out_exactly_at_timeout_ms_with_the_low_watermark_so_far() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, p) = broker(&dir).await;
+    three_replicated_records(&p);
+    let b = server.broker();
+    let start = Instant::now();
+    // -1: up to the HW.
+    let waiting =
+        tokio::spawn(async move { delete_records::handle(&b, delete_request(-1, 2_000)).await });
+    settle().await;
+    assert_eq!(p.log_start_offset(), 3);
+    assert!(p.update_follower_fetch_state(2, 3, 1, crate::now_ms(), 3));
+    tokio::time::advance(Duration::from_millis(1_999)).await;
+    settle().await;
+    assert!(!waiting.is_finished(), "1 ms before timeout_ms");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    settle().await;
+    assert!(waiting.is_finished(), "at timeout_ms");
+    assert_eq!(
+        delete_result(&waiting.await.unwrap()),
+        (ErrorCode::RequestTimedOut.code(), 1)
+    );
+    assert_eq!(start.elapsed(), Duration::from_millis(2_000));
+}
+
+#[tokio::test(start_paused = true)]
+async fn delete_records_completes_at_once_on_a_single_replica_and_refuses_past_the_hw() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, p) = broker(&dir).await;
+    for _ in 0..2 {
+        p.append_records_to_leader(&one_record(), AppendOrigin::Client, 1, 0, crate::now_ms())
+            .unwrap();
+    }
+    let b = server.broker();
+    let resp = delete_records::handle(&b, delete_request(1, 30_000)).await;
+    assert_eq!(delete_result(&resp), (0, 1));
+    let resp = delete_records::handle(&b, delete_request(5, 30_000)).await;
+    assert_eq!(
+        delete_result(&resp),
+        (ErrorCode::OffsetOutOfRange.code(), -1)
+    );
+    assert_eq!(p.log_start_offset(), 1);
+}
+
+/// A fetch waiting for data answers NOT_LEADER_OR_FOLLOWER on the leadership change, not at
+/// `max_wait_ms`.
+#[tokio::test(start_paused = true)]
+async fn waiting_fetch_answers_on_a_leadership_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, p) = broker(&dir).await;
+    let b = server.broker();
+    let start = Instant::now();
+    let waiting = tokio::spawn(async move { fetch::handle(&b, request(30_000), 12).await });
+    settle().await;
+    tokio::time::advance(Duration::from_millis(100)).await;
+    settle().await;
+    assert!(!waiting.is_finished());
+    p.apply_leader_and_isr(
+        &LeaderAndIsr {
+            leader: 2,
+            leader_epoch: 1,
+            partition_epoch: 1,
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+        },
+        crate::now_ms(),
+    );
+    settle().await;
+    assert!(waiting.is_finished());
+    let resp = waiting.await.unwrap();
+    assert_eq!(
+        resp.responses[0].partitions[0].error_code,
+        ErrorCode::NotLeaderOrFollower.code()
+    );
+    assert_eq!(start.elapsed(), Duration::from_millis(100));
+}
+
+/// Kafka's `stopPartitions`: the operations waiting on a partition that is no longer hosted
+/// answer at once, UNKNOWN_TOPIC_OR_PARTITION, not at their timeouts.
+#[tokio::test(start_paused = true)]
+async fn waiting_operations_answer_when_their_partition_is_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, p) = broker(&dir).await;
+    add_follower(&p);
+    let b = server.broker();
+    let spawn_produce = |b: Arc<crate::server::Broker>| {
+        tokio::spawn(async move { produce::handle(&b, produce_request(30_000), 9).await })
+    };
+    // The first record is replicated (HW 1); the follower's log start stays 0.
+    let first = spawn_produce(b.clone());
+    settle().await;
+    assert!(p.update_follower_fetch_state(2, 1, 0, crate::now_ms(), 1));
+    settle().await;
+    assert_eq!(produce_error(&first.await.unwrap()), 0);
+    let start = Instant::now();
+    // A consumer waits for data past the HW; DeleteRecords for the follower's log start; an
+    // acks=all produce for the follower.
+    let fetch = {
+        let (b, mut req) = (b.clone(), request(30_000));
+        req.topics[0].partitions[0].fetch_offset = 1;
+        tokio::spawn(async move { fetch::handle(&b, req, 12).await })
+    };
+    let delete = {
+        let b = b.clone();
+        tokio::spawn(async move { delete_records::handle(&b, delete_request(1, 30_000)).await })
+    };
+    settle().await;
+    let produce = spawn_produce(b.clone());
+    settle().await;
+    tokio::time::advance(Duration::from_millis(100)).await;
+    settle().await;
+    assert!(!fetch.is_finished() && !delete.is_finished() && !produce.is_finished());
+    let deleted = b
+        .controller
+        .delete_topics(&[(Some("t".to_string()), None)])
+        .await;
+    assert!(deleted[0].is_ok(), "{deleted:?}");
+    // The metadata loader applies the deletion on its own thread. Wait for it blocking this
+    // (paused-clock) runtime, so that tokio cannot auto-advance time to the 30 s timeouts
+    // meanwhile, as an `.await` on the loader would let it.
+    for _ in 0..5000 {
+        if b.replica_manager.get("t", 0).is_none() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    settle().await;
+    assert!(b.replica_manager.get("t", 0).is_none());
+    assert!(fetch.is_finished() && delete.is_finished() && produce.is_finished());
+    let unknown = ErrorCode::UnknownTopicOrPartition.code();
+    let resp = produce.await.unwrap();
+    let pr = &resp.responses[0].partition_responses[0];
+    assert_eq!((pr.base_offset, pr.error_code), (1, unknown));
+    let resp = fetch.await.unwrap();
+    assert_eq!(resp.responses[0].partitions[0].error_code, unknown);
+    assert_eq!(delete_result(&delete.await.unwrap()).0, unknown);
+    assert_eq!(start.elapsed(), Duration::from_millis(100));
 }

@@ -54,8 +54,26 @@ pub async fn create_topics(
         .into_iter()
         .zip(results)
         .map(|(t, r)| {
+            let failed = match &r {
+                Ok(_) if !req.validate_only => offline_here(broker, &t.name.0),
+                _ => Vec::new(),
+            };
             let res = CreatableTopicResult::default().with_name(t.name);
             match r {
+                Ok(_) if !failed.is_empty() => {
+                    // The topic exists, but this broker could not open some of its logs (the
+                    // image is applied before the controller answers, so the node handling the
+                    // request knows its own replicas' fate). They are offline and the
+                    // controller moves them; the client hears of it instead of a success.
+                    res.with_error_code(ErrorCode::KafkaStorageError.code())
+                        .with_error_message(Some(str_bytes(&format!(
+                            "The logs of partitions {failed:?} could not be created on broker {}; \
+                             those replicas are offline",
+                            broker.config.node_id
+                        ))))
+                        .with_num_partitions(-1)
+                        .with_replication_factor(-1)
+                }
                 Ok(created) => {
                     let configs = if version >= 5 {
                         let effective = broker.config.effective_topic_configs(&created.configs);
@@ -91,6 +109,19 @@ pub async fn create_topics(
         })
         .collect();
     CreateTopicsResponse::default().with_topics(topics)
+}
+
+/// The partitions of `topic` whose replica on this broker is offline.
+fn offline_here(broker: &Broker, topic: &str) -> Vec<i32> {
+    let image = broker.image();
+    let Some(t) = image.topic(topic) else {
+        return Vec::new();
+    };
+    t.partitions
+        .keys()
+        .copied()
+        .filter(|&p| broker.replica_manager.is_offline(topic, p))
+        .collect()
 }
 
 pub async fn delete_topics(
@@ -162,13 +193,32 @@ pub async fn create_partitions(
                 .map(|x| x.broker_ids.into_iter().map(|b| b.0).collect())
                 .collect()
         });
+        let before = broker
+            .image()
+            .topic(t.name.0.as_str())
+            .map_or(0, |t| t.partitions.len() as i32);
         let r = broker
             .controller
             .create_partitions(t.name.0.as_str(), t.count, assignments, req.validate_only)
             .await;
         broker.sync_metadata().await;
+        // As CreateTopics: new partitions this node could not open are reported.
+        let failed: Vec<i32> = match &r {
+            Ok(()) if !req.validate_only => offline_here(broker, t.name.0.as_str())
+                .into_iter()
+                .filter(|&p| p >= before)
+                .collect(),
+            _ => Vec::new(),
+        };
         let res = CreatePartitionsTopicResult::default().with_name(t.name);
         results.push(match r {
+            Ok(()) if !failed.is_empty() => res
+                .with_error_code(ErrorCode::KafkaStorageError.code())
+                .with_error_message(Some(str_bytes(&format!(
+                    "The logs of partitions {failed:?} could not be created on broker {}; \
+                     those replicas are offline",
+                    broker.config.node_id
+                )))),
             Ok(()) => res,
             Err(e) => res
                 .with_error_code(e.code())

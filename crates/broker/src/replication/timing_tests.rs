@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{wait_for_acks, AckResult, AlterPartitionProposal, LeaderAndIsr};
-use crate::partition::Partition;
+use crate::partition::{DelayedOperations, Partition};
 use crate::replica_manager::ReplicaManager;
 
 const LAG: i64 = 10_000;
@@ -45,12 +45,26 @@ fn leader(
     isr: &[i32],
     now_ms: i64,
 ) -> (Arc<Partition>, Proposals) {
+    leader_sharing(dir, Arc::default(), log_records, replicas, isr, now_ms)
+}
+
+/// [`leader`] with the purgatories given (partitions of one replica manager share them).
+fn leader_sharing(
+    dir: &tempfile::TempDir,
+    delayed: Arc<DelayedOperations>,
+    log_records: usize,
+    replicas: &[i32],
+    isr: &[i32],
+    now_ms: i64,
+) -> (Arc<Partition>, Proposals) {
     let mut log = UnifiedLog::open(&dir.path().join("t-0"), LogConfig::default(), 0, true).unwrap();
     if log_records > 0 {
         log.append_as_leader(&batch(log_records), 0, AppendOrigin::Client, now_ms)
             .unwrap();
     }
-    let p = Arc::new(Partition::new("t".into(), Uuid::nil(), 0, 1, log, 0));
+    let p = Arc::new(
+        Partition::new("t".into(), Uuid::nil(), 0, 1, log, 0).with_delayed_operations(delayed),
+    );
     p.set_replica_lag_time_max_ms(LAG);
     let proposals: Proposals = Arc::default();
     let sink = proposals.clone();
@@ -62,7 +76,7 @@ fn leader(
 }
 
 fn append(p: &Partition, n: usize, now_ms: i64) {
-    p.append_records_to_leader(&batch(n), AppendOrigin::Client, now_ms)
+    p.append_records_to_leader(&batch(n), AppendOrigin::Client, 1, p.leader_epoch(), now_ms)
         .unwrap();
 }
 
@@ -312,8 +326,9 @@ async fn acks_all_times_out_exactly_at_the_request_timeout() {
 #[tokio::test(start_paused = true)]
 async fn acks_all_over_two_partitions_times_out_only_the_lagging_one() {
     let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (a, _) = leader(&d1, 0, &[1, 2], &[1, 2], T0);
-    let (b, _) = leader(&d2, 0, &[1, 2], &[1, 2], T0);
+    let delayed: Arc<DelayedOperations> = Arc::default();
+    let (a, _) = leader_sharing(&d1, delayed.clone(), 0, &[1, 2], &[1, 2], T0);
+    let (b, _) = leader_sharing(&d2, delayed, 0, &[1, 2], &[1, 2], T0);
     append(&a, 2, T0);
     append(&b, 2, T0);
     let start = Instant::now();

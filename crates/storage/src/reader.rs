@@ -1,0 +1,247 @@
+//! [`LogReader`]: reads of a partition log that do not take the log's append lock.
+//!
+//! Segments are append-only, so a read only needs (a) the list of segments, (b) for each the
+//! number of bytes known to hold whole batches, and (c) the log start and end offsets. The writer
+//! ([`crate::UnifiedLog`], behind the broker's lock) publishes all three only after the bytes they
+//! describe are on the file: the segment list as an immutable snapshot (`Arc<Vec<..>>` swapped
+//! under a `RwLock` held for the pointer copy only), sizes and offsets as atomics stored with
+//! `Release` after the write. A read takes the snapshot, then reads with `pread` on the shared
+//! file handles, never past a published size.
+//!
+//! Truncation is the one operation that takes published bytes back. It is bracketed by a
+//! generation counter (odd while it runs, a seqlock): a read that overlapped one is retried, so
+//! once `truncate_to` returns no read serves the truncated range. Retention and DeleteRecords only
+//! remove whole segments from the front: a read that already holds such a segment may still
+//! return its data (as in Kafka), and one whose file vanished retries with a fresh snapshot,
+//! which then answers OFFSET_OUT_OF_RANGE.
+
+use std::sync::atomic::{fence, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+use strom_protocol::batch::HEADER_SIZE;
+
+use crate::segment::{BatchHeader, SegmentData};
+use crate::{FetchDataInfo, StorageError};
+
+/// How often a read retries after racing a truncation or a segment deletion before giving up
+/// with the last error (a truncation storm this long is not a steady state).
+const MAX_READ_ATTEMPTS: usize = 64;
+
+pub(crate) type Snapshot = Arc<Vec<Arc<SegmentData>>>;
+
+/// State the writer publishes for readers.
+pub(crate) struct Shared {
+    segments: RwLock<Snapshot>,
+    log_start_offset: AtomicI64,
+    log_end_offset: AtomicI64,
+    /// Odd while a truncation is taking bytes back.
+    generation: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn new(segments: Snapshot, log_start: i64, log_end: i64) -> Arc<Self> {
+        Arc::new(Self {
+            segments: RwLock::new(segments),
+            log_start_offset: AtomicI64::new(log_start),
+            log_end_offset: AtomicI64::new(log_end),
+            generation: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        self.segments.read().clone()
+    }
+
+    pub(crate) fn publish_segments(&self, segments: Snapshot) {
+        *self.segments.write() = segments;
+    }
+
+    pub(crate) fn publish_offsets(&self, log_start: i64, log_end: i64) {
+        self.log_start_offset.store(log_start, Ordering::Release);
+        self.log_end_offset.store(log_end, Ordering::Release);
+    }
+
+    /// Marks a truncation as running until the guard drops (also on an error return).
+    pub(crate) fn begin_truncation(self: &Arc<Self>) -> TruncationGuard {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        TruncationGuard(self.clone())
+    }
+}
+
+pub(crate) struct TruncationGuard(Arc<Shared>);
+
+impl Drop for TruncationGuard {
+    fn drop(&mut self) {
+        self.0.generation.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// A handle for reading one partition's log without its append lock; cheap to clone, and
+/// valid for as long as the log lives (a reader of a deleted log gets I/O or out-of-range
+/// errors, never bytes of another log).
+#[derive(Clone)]
+pub struct LogReader {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for LogReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogReader")
+            .field("log_start_offset", &self.log_start_offset())
+            .field("log_end_offset", &self.log_end_offset())
+            .finish()
+    }
+}
+
+impl LogReader {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+
+    /// The published log start offset.
+    pub fn log_start_offset(&self) -> i64 {
+        self.shared.log_start_offset.load(Ordering::Acquire)
+    }
+
+    /// The published log end offset: every offset below it is readable.
+    pub fn log_end_offset(&self) -> i64 {
+        self.shared.log_end_offset.load(Ordering::Acquire)
+    }
+
+    /// Whole batches starting with the one containing `fetch_offset`, up to `max_bytes`, never
+    /// including a batch whose base offset is >= `max_offset` (nor any past the published log
+    /// end). With `min_one_message` a first batch larger than `max_bytes` is returned whole
+    /// (Kafka's first-batch exception). Same answers as [`crate::UnifiedLog::read`].
+    pub fn read(
+        &self,
+        fetch_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_message: bool,
+    ) -> Result<FetchDataInfo, StorageError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let generation = self.shared.generation.load(Ordering::Acquire);
+            if generation % 2 == 1 {
+                std::thread::yield_now();
+                continue;
+            }
+            let segments = self.shared.snapshot();
+            // End before start: an end offset read first is never below the start read after.
+            let log_end = self.log_end_offset();
+            let log_start = self.log_start_offset();
+            let result = read_segments(
+                &segments,
+                log_start,
+                log_end,
+                fetch_offset,
+                max_bytes,
+                max_offset,
+                min_one_message,
+            );
+            fence(Ordering::Acquire);
+            if self.shared.generation.load(Ordering::Acquire) != generation {
+                // A truncation ran meanwhile: what was read may be gone.
+                continue;
+            }
+            match result {
+                Err(_)
+                    if attempt < MAX_READ_ATTEMPTS && segments.iter().any(|s| s.is_removed()) =>
+                {
+                    // A segment left the log (its file may be gone): read the new state.
+                    continue;
+                }
+                r => return r,
+            }
+        }
+    }
+}
+
+/// The read itself over one consistent view (a snapshot and the offsets published with it).
+pub(crate) fn read_segments(
+    segments: &[Arc<SegmentData>],
+    log_start: i64,
+    log_end: i64,
+    start_offset: i64,
+    max_bytes: usize,
+    max_offset: i64,
+    min_one_message: bool,
+) -> Result<FetchDataInfo, StorageError> {
+    if start_offset < log_start || start_offset > log_end {
+        return Err(StorageError::OffsetOutOfRange {
+            requested: start_offset,
+            log_start,
+            log_end,
+        });
+    }
+    // Bytes appended after `log_end` was read are not served, so the answer matches its offsets.
+    let max_offset = max_offset.min(log_end);
+    let mut out: Vec<u8> = Vec::new();
+    // The segment holding `start_offset`: the last whose base is <= it.
+    let first = segments
+        .partition_point(|s| s.base_offset() <= start_offset)
+        .saturating_sub(1);
+    let mut from = start_offset;
+    for seg in &segments[first..] {
+        if from >= log_end {
+            break;
+        }
+        let size = seg.size();
+        let next_offset = seg.next_offset();
+        let Some((pos, first)) = seg.translate_offset(from, size)? else {
+            continue;
+        };
+        if first.base_offset >= max_offset {
+            break;
+        }
+        let remaining = max_bytes - out.len();
+        if first.size > remaining {
+            if out.is_empty() && min_one_message {
+                out = seg.read_at(pos, first.size, size)?;
+            }
+            break;
+        }
+        // Bound the read at the high watermark's batch so a consumer at the tail does not
+        // pull bytes it must then discard.
+        let mut end = size;
+        if max_offset < next_offset {
+            if let Some((hw_pos, hw)) = seg.translate_offset(max_offset, size)? {
+                end = if hw.base_offset >= max_offset {
+                    hw_pos
+                } else {
+                    hw_pos + hw.size as u64
+                };
+            }
+        }
+        let available = end.saturating_sub(pos) as usize;
+        let mut chunk = seg.read_at(pos, remaining.min(available), size)?;
+        let mut taken = 0;
+        while chunk.len() - taken >= HEADER_SIZE {
+            let h = BatchHeader::parse(&chunk[taken..])
+                .map_err(|e| StorageError::CorruptRecord(e.to_string()))?;
+            if h.base_offset >= max_offset || taken + h.size > chunk.len() {
+                break;
+            }
+            taken += h.size;
+        }
+        let finished_segment = taken == available && end == size;
+        chunk.truncate(taken);
+        if out.is_empty() {
+            out = chunk;
+        } else {
+            out.extend_from_slice(&chunk);
+        }
+        if !finished_segment {
+            break;
+        }
+        from = next_offset;
+    }
+    Ok(FetchDataInfo {
+        records: Bytes::from(out),
+        log_start_offset: log_start,
+        log_end_offset: log_end,
+    })
+}
