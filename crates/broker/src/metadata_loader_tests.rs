@@ -225,3 +225,42 @@ async fn a_stuck_publisher_does_not_block_raft_apply() {
     loader.shutdown().await;
     c.shutdown().await;
 }
+
+/// Auto-creation (Metadata, Produce) answers from the broker's image right after creating the
+/// topic, so on the node of the active controller it must wait for the loader as the admin
+/// handlers do, or the first request after creation misses the topic it just created.
+#[tokio::test]
+async fn auto_creation_on_the_active_controller_waits_for_the_publish() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::config::BrokerConfig::new(
+        1,
+        "127.0.0.1:0".parse().unwrap(),
+        None,
+        dir.path().to_path_buf(),
+        std::collections::BTreeMap::new(),
+    )
+    .unwrap();
+    let server = crate::server::Server::start(config).await.unwrap();
+    let broker = server.broker();
+    // Hold the loader thread until the topic is replayed (the opener only runs when the
+    // creating task yields, i.e. while it waits for the publish).
+    let (open, gate) = mpsc::channel::<()>();
+    broker
+        .metadata_loader
+        .install(Arc::new(Gate(Mutex::new(gate))));
+    let controller = broker.controller.clone();
+    let opener = tokio::spawn(async move {
+        while controller.image().topic("auto").is_none() {
+            tokio::task::yield_now().await;
+        }
+        drop(open);
+    });
+    broker.create_topics(&[spec("auto")]).await;
+    assert!(
+        broker.image().topic("auto").is_some(),
+        "the broker's image has the auto-created topic"
+    );
+    assert!(broker.replica_manager.get("auto", 0).is_some());
+    opener.await.unwrap();
+    broker.metadata_loader.shutdown().await;
+}

@@ -298,7 +298,7 @@ impl ReplicaManager {
                 None => match self.open_partition(topic, p, id, configs) {
                     Ok(part) => part,
                     Err(e) => {
-                        self.mark_offline(&topic, p, id, &e);
+                        self.mark_offline(topic, p, id, &e);
                         continue;
                     }
                 },

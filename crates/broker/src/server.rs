@@ -82,7 +82,10 @@ impl Broker {
 
     /// Topic auto-creation, through the active controller.
     pub async fn create_topics(&self, specs: &[strom_controller::CreateTopicSpec]) {
-        self.channel.create_topics(specs).await
+        self.channel.create_topics(specs).await;
+        // The caller answers from `image()` next: on the active controller's node the records
+        // are replayed here already, but applied only once the loader has published them.
+        self.sync_metadata().await;
     }
 
     /// The broker's current metadata image (lock-free for practical purposes: a read lock held
