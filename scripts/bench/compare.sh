@@ -17,6 +17,9 @@
 #   strom-p-acks1   strom bench produce --acks 1
 #   strom-c         strom bench consume                        (reads what rdk-p-acks1 wrote)
 #
+# BROKERS="strom strom-before kafka" with STROM_BEFORE_BIN=path adds an older Strom build as a
+# third broker in the same alternation (before/after a change, against Kafka in one run).
+#
 # Results: $OUT/results.csv (one row per run) and $OUT/summary.md (medians and Strom/Kafka
 # ratios; with APPEND_LIMIT / TCP_LIMIT in MB/s also the fraction of those machine limits);
 # OUT defaults to /tmp/strom-bench.<time>. Every process it starts is killed by pid on
@@ -34,6 +37,7 @@ STROM_PORT="${STROM_PORT:-39092}"
 KAFKA_PORT="${KAFKA_PORT:-39192}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 STROM_BIN="${STROM_BIN:-$TARGET_DIR/release/strom}"
+STROM_BEFORE_BIN="${STROM_BEFORE_BIN:-}"
 mkdir -p "$OUT"
 
 PIDS=()
@@ -105,9 +109,14 @@ start_broker() {
         if port_busy "$p"; then log "port $p is in use; set STROM_PORT / KAFKA_PORT"; exit 1; fi
     done
     BROKER_DIR="$(mktemp -d "/tmp/strom-bench-$b-r$round.XXXXXX")"
-    if [[ "$b" == strom ]]; then
+    if [[ "$b" == strom || "$b" == strom-before ]]; then
+        local bin="$STROM_BIN"
+        if [[ "$b" == strom-before ]]; then
+            [[ -x "$STROM_BEFORE_BIN" ]] || { log "strom-before needs STROM_BEFORE_BIN"; exit 1; }
+            bin="$STROM_BEFORE_BIN"
+        fi
         PORT="$STROM_PORT"
-        RUST_LOG=warn "$STROM_BIN" server --listen "127.0.0.1:$PORT" --data-dir "$BROKER_DIR/data" \
+        RUST_LOG=warn "$bin" server --listen "127.0.0.1:$PORT" --data-dir "$BROKER_DIR/data" \
             > "$BROKER_DIR/server.log" 2>&1 < /dev/null &
         BROKER_PID=$!
         PIDS+=("$BROKER_PID")

@@ -62,10 +62,19 @@ def main():
         kp = med(data[w]["kafka"], "p99_ms")[0]
         print(f"| {w} | {fmt(*s)} | {fmt(*k)} | {ratio} | {sl} | {kl} | "
               f"{'n/a' if sp is None else f'{sp:.1f}'} | {'n/a' if kp is None else f'{kp:.1f}'} |")
+    if any("strom-before" in data[w] for w in workloads):
+        print()
+        print("| workload | Strom before MB/s (median, min-max) | Strom after MB/s | after/before |")
+        print("|---|---|---|---|")
+        for w in workloads:
+            b = med(data[w]["strom-before"], "mb_per_sec")
+            s = med(data[w]["strom"], "mb_per_sec")
+            ratio = f"{s[0] / b[0]:.2f}" if s[0] and b[0] else "n/a"
+            print(f"| {w} | {fmt(*b)} | {fmt(*s)} | {ratio} |")
     print()
     print("| broker | idle RSS MB (median) | max RSS MB while producing/consuming | RSS at end of last workload MB |")
     print("|---|---|---|---|")
-    for b in ("strom", "kafka"):
+    for b in ("strom", "strom-before", "kafka"):
         if b not in rss:
             continue
         vals = rss[b]

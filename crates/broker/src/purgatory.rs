@@ -205,13 +205,16 @@ where
             }
         }
         if n > 0 {
-            let mut shard = self.shard(key).lock();
-            if let Some(list) = shard.get_mut(key) {
-                list.retain(|d| !d.is_completed());
-                if list.is_empty() {
-                    shard.remove(key);
+            {
+                let mut shard = self.shard(key).lock();
+                if let Some(list) = shard.get_mut(key) {
+                    list.retain(|d| !d.is_completed());
+                    if list.is_empty() {
+                        shard.remove(key);
+                    }
                 }
             }
+            // After the shard is released: the periodic purge locks every shard.
             for _ in 0..n {
                 self.note_completed();
             }
@@ -334,6 +337,33 @@ mod tests {
         for _ in 0..10 {
             tokio::task::yield_now().await;
         }
+    }
+
+    /// Every `PURGE_INTERVAL` completions purge all watch lists. Completions by
+    /// `check_and_complete` count too; the purge must not run while that call still holds its
+    /// key's shard (a non-reentrant lock: the broker's produce and follower-fetch paths hung
+    /// there under load, found by the nemesis).
+    #[tokio::test(start_paused = true)]
+    async fn the_periodic_purge_runs_after_check_and_complete_releases_its_shard() {
+        let f = Arc::new(Fixture::new());
+        let ops: Vec<_> = (0..PURGE_INTERVAL + 1)
+            .map(|i| f.watch(1, 60_000, &[if i % 2 == 0 { "a" } else { "b" }]))
+            .collect();
+        f.level.store(1, Ordering::Release);
+        // On a thread with a deadline, so a deadlock fails the test instead of hanging it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let g = f.clone();
+        std::thread::spawn(move || {
+            let n = g.purgatory.check_and_complete(&"a".to_string())
+                + g.purgatory.check_and_complete(&"b".to_string());
+            let _ = tx.send(n);
+        });
+        let n = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("check_and_complete deadlocked in the periodic purge");
+        assert_eq!(n, PURGE_INTERVAL + 1);
+        assert!(ops.iter().all(|d| d.is_completed()));
+        assert_eq!(f.purgatory.watched(), 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -4,11 +4,8 @@
 
 use std::path::Path;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use strom_protocol::batch::BatchIter;
-use strom_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use strom_storage::file_cache::open_descriptor_count;
 use strom_storage::{AppendOrigin, FileCache, LogConfig, UnifiedLog};
 
@@ -21,34 +18,10 @@ const CAP: usize = 64;
 const SLACK: usize = 16;
 
 fn batch(i: i64) -> Vec<u8> {
-    let records: Vec<Record> = (0..3)
-        .map(|r| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: r,
-            sequence: r as i32,
-            timestamp: T0 + i,
-            key: None,
-            value: Some(Bytes::from(vec![b'v'; 40])),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
+    strom_protocol::testing::plain_batch(
+        (0..3).map(|_| (None, Some(Bytes::from(vec![b'v'; 40])))),
+        T0 + i,
     )
-    .unwrap();
-    buf.to_vec()
 }
 
 fn config() -> LogConfig {

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use strom_protocol::kafka::messages::create_partitions_request::CreatePartitionsTopic;
 use strom_protocol::kafka::messages::create_topics_request::{
     CreatableTopic, CreatableTopicConfig,
@@ -22,9 +22,6 @@ use strom_protocol::kafka::messages::{
     MetadataRequest, ProduceRequest, TopicName,
 };
 use strom_protocol::kafka::protocol::StrBytes;
-use strom_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use strom_protocol::ErrorCode;
 
 use super::{fetch, list_offsets, metadata, produce, topics};
@@ -36,28 +33,10 @@ fn storage_error() -> i16 {
 }
 
 fn batch(value: &'static [u8]) -> Bytes {
-    let record = Record {
-        transactional: false,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: 0,
-        timestamp: 1_700_000_000_000,
-        key: None,
-        value: Some(Bytes::from_static(value)),
-        headers: Default::default(),
-    };
-    let mut buf = BytesMut::new();
-    let opts = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, &[record], &opts).unwrap();
-    buf.freeze()
+    Bytes::from(strom_protocol::testing::plain_batch(
+        [(None, Some(Bytes::from_static(value)))],
+        1_700_000_000_000,
+    ))
 }
 
 fn name(s: &str) -> TopicName {
