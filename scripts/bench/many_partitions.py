@@ -9,7 +9,8 @@ on exit.
 
     .venv/bin/python scripts/bench/many_partitions.py --partitions 10000 --nofile 20000
 
-Needs the test venv (`make venv`) for confluent-kafka, and prlimit (util-linux).
+Needs confluent-kafka (`.venv/bin/pip install confluent-kafka` into the test venv of `make venv`)
+and prlimit (util-linux).
 """
 
 import argparse
