@@ -24,17 +24,6 @@ const FAST: &[&str] = &[
     "replica.fetch.wait.max.ms=100",
 ];
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Part {
-    leader: i32,
-    replicas: Vec<i32>,
-    isr: Vec<i32>,
-}
-
-fn port_of(c: &Cluster, node: i32) -> u16 {
-    c.nodes.iter().find(|n| n.id == node).unwrap().port
-}
-
 fn topic_name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
 }
@@ -48,22 +37,7 @@ fn partitions(c: &Cluster, node: i32, topic: &str) -> BTreeMap<i32, Part> {
         MetadataRequestTopic::default().with_name(Some(topic_name(topic)))
     ]));
     let resp: MetadataResponse = common::raw_call(&mut s, ApiKey::Metadata, 12, &req);
-    resp.topics
-        .iter()
-        .filter(|t| t.error_code == 0)
-        .flat_map(|t| {
-            t.partitions.iter().map(|p| {
-                (
-                    p.partition_index,
-                    Part {
-                        leader: p.leader_id.0,
-                        replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
-                        isr: p.isr_nodes.iter().map(|b| b.0).collect(),
-                    },
-                )
-            })
-        })
-        .collect()
+    registrations(&resp)
 }
 
 /// Polls `node`'s metadata for `topic` until `ok` holds, for up to `secs` seconds.

@@ -18,17 +18,6 @@ use strom_protocol::kafka::messages::metadata_request::MetadataRequestTopic;
 use strom_protocol::kafka::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
 use strom_protocol::kafka::protocol::StrBytes;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Part {
-    leader: i32,
-    replicas: Vec<i32>,
-    isr: Vec<i32>,
-}
-
-fn port_of(c: &Cluster, node: i32) -> u16 {
-    c.nodes.iter().find(|n| n.id == node).unwrap().port
-}
-
 /// A raw Metadata v12 for `topic` through `node`; `auto_create` asks for auto-creation.
 fn raw_metadata(c: &Cluster, node: i32, topic: &str, auto_create: bool) -> MetadataResponse {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port_of(c, node))).unwrap();
@@ -44,22 +33,7 @@ fn raw_metadata(c: &Cluster, node: i32, topic: &str, auto_create: bool) -> Metad
 /// the topic (or some partition has no leader yet).
 fn partitions(c: &Cluster, node: i32, topic: &str) -> BTreeMap<i32, Part> {
     let resp = raw_metadata(c, node, topic, false);
-    resp.topics
-        .iter()
-        .filter(|t| t.error_code == 0)
-        .flat_map(|t| {
-            t.partitions.iter().map(|p| {
-                (
-                    p.partition_index,
-                    Part {
-                        leader: p.leader_id.0,
-                        replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
-                        isr: p.isr_nodes.iter().map(|b| b.0).collect(),
-                    },
-                )
-            })
-        })
-        .collect()
+    registrations(&resp)
 }
 
 /// Waits until `node` knows all `count` partitions of `topic`, then checks each is led by a

@@ -30,8 +30,7 @@ use strom_protocol::kafka::messages::list_offsets_request::{
 use strom_protocol::kafka::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use strom_protocol::kafka::messages::{
     ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse,
-    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, ProduceRequest,
-    ProduceResponse, TopicName,
+    ListOffsetsRequest, ListOffsetsResponse, ProduceRequest, ProduceResponse, TopicName,
 };
 use strom_protocol::kafka::protocol::StrBytes;
 use strom_protocol::records::{
@@ -131,31 +130,6 @@ fn raw_list_offsets(broker: &Broker, topic: &str) -> i16 {
     resp.topics[0].partitions[0].error_code
 }
 
-/// (leader, offline replicas) of `topic`-0 from a raw Metadata v12 answer.
-fn raw_metadata(addr: std::net::SocketAddr, topic: &str) -> (i32, Vec<i32>) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    let resp: MetadataResponse = raw_call(
-        &mut s,
-        ApiKey::Metadata,
-        12,
-        &MetadataRequest::default().with_topics(None),
-    );
-    let t = resp
-        .topics
-        .iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
-        .expect("topic in metadata");
-    let p = t
-        .partitions
-        .iter()
-        .find(|p| p.partition_index == 0)
-        .unwrap();
-    (
-        p.leader_id.0,
-        p.offline_replicas.iter().map(|b| b.0).collect(),
-    )
-}
-
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !f() {
@@ -181,24 +155,30 @@ fn a_partition_whose_log_cannot_be_created_answers_storage_errors() {
     // Listed offline; once the controller has it, the partition (its only replica offline)
     // has no leader, so clients do not send to it.
     wait_for("offline replica without a leader", || {
-        raw_metadata(broker.addr(), "bad") == (-1, vec![1])
+        partition0_leader_and_offline(broker.addr(), "bad") == (-1, vec![1])
     });
     // The broker and other partitions are fine.
     create_topic(&broker, "good", 1, &[]);
     assert_eq!(raw_produce(&broker, "good"), 0);
-    assert_eq!(raw_metadata(broker.addr(), "good"), (1, vec![]));
+    assert_eq!(
+        partition0_leader_and_offline(broker.addr(), "good"),
+        (1, vec![])
+    );
 
     // Restarted with the obstacle still there: still offline, still answered.
     broker.stop();
     broker.restart();
     assert_eq!(raw_produce(&broker, "bad"), storage_error());
-    assert_eq!(raw_metadata(broker.addr(), "bad"), (-1, vec![1]));
+    assert_eq!(
+        partition0_leader_and_offline(broker.addr(), "bad"),
+        (-1, vec![1])
+    );
     // Obstacle removed: the log opens, the controller brings the replica back and elects it.
     broker.stop();
     std::fs::remove_file(broker.partition_dir("bad", 0)).unwrap();
     broker.restart();
     wait_for("replica back online and leader", || {
-        raw_metadata(broker.addr(), "bad") == (1, vec![])
+        partition0_leader_and_offline(broker.addr(), "bad") == (1, vec![])
     });
     assert_eq!(raw_produce(&broker, "bad"), 0);
     assert_eq!(raw_fetch(&broker, "bad"), 0);
@@ -229,7 +209,7 @@ fn the_leadership_of_an_offline_replica_moves_to_another_isr_member() {
     };
     for node in 1..=3 {
         wait_for("leadership moved off the offline replica", || {
-            let (leader, offline) = raw_metadata(addr(node), "moved");
+            let (leader, offline) = partition0_leader_and_offline(addr(node), "moved");
             leader != 1 && leader > 0 && offline == vec![1]
         });
     }

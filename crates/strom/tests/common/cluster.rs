@@ -205,26 +205,8 @@ pub fn admin_controller(c: &Cluster, node: i32) -> i32 {
 /// The offline replicas (fenced or unregistered brokers) of `topic`-0 in `node`'s image, sorted,
 /// from a raw Metadata v12 answer (rdkafka does not expose them).
 pub fn offline_replicas(c: &Cluster, node: i32, topic: &str) -> Vec<i32> {
-    use strom_protocol::kafka::messages::{ApiKey, MetadataRequest, MetadataResponse};
     let port = c.nodes.iter().find(|n| n.id == node).unwrap().port;
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let resp: MetadataResponse = super::raw_call(
-        &mut s,
-        ApiKey::Metadata,
-        12,
-        &MetadataRequest::default().with_topics(None),
-    );
-    let t = resp
-        .topics
-        .iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
-        .expect("topic in metadata");
-    let p = t
-        .partitions
-        .iter()
-        .find(|p| p.partition_index == 0)
-        .unwrap();
-    let mut out: Vec<i32> = p.offline_replicas.iter().map(|b| b.0).collect();
+    let (_, mut out) = super::partition0_leader_and_offline(("127.0.0.1", port), topic);
     out.sort_unstable();
     out
 }
@@ -371,4 +353,39 @@ pub fn wait_all_registered(c: &Cluster, n: i32) {
             .all(|node| metadata(c, node, "").0.len() == n as usize)
             .then_some(())
     });
+}
+
+/// A partition's registration as a Metadata answer reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    pub leader: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+}
+
+/// The client port of node `node`.
+pub fn port_of(c: &Cluster, node: i32) -> u16 {
+    c.nodes.iter().find(|n| n.id == node).unwrap().port
+}
+
+/// partition -> registration, over the topics `resp` answers without an error.
+pub fn registrations(
+    resp: &strom_protocol::kafka::messages::MetadataResponse,
+) -> BTreeMap<i32, Part> {
+    resp.topics
+        .iter()
+        .filter(|t| t.error_code == 0)
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| {
+                (
+                    p.partition_index,
+                    Part {
+                        leader: p.leader_id.0,
+                        replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
+                        isr: p.isr_nodes.iter().map(|b| b.0).collect(),
+                    },
+                )
+            })
+        })
+        .collect()
 }
