@@ -116,25 +116,30 @@ impl StorageError {
     ///   topic: a failed log is NOT_COORDINATOR (the client finds the coordinator again) and an
     ///   append too large is UNKNOWN_SERVER_ERROR (the client's request was not too large).
     pub fn error_code_for(&self, api: ApiKey, version: i16) -> ErrorCode {
-        let code = self.error_code();
-        match api {
-            ApiKey::Fetch if version <= 5 && code == ErrorCode::KafkaStorageError => {
-                ErrorCode::NotLeaderOrFollower
-            }
-            ApiKey::OffsetCommit
-            | ApiKey::TxnOffsetCommit
-            | ApiKey::JoinGroup
-            | ApiKey::SyncGroup
-            | ApiKey::InitProducerId
-            | ApiKey::AddPartitionsToTxn
-            | ApiKey::AddOffsetsToTxn
-            | ApiKey::EndTxn => match code {
-                ErrorCode::KafkaStorageError => ErrorCode::NotCoordinator,
-                ErrorCode::MessageTooLarge => ErrorCode::UnknownServerError,
-                other => other,
-            },
-            _ => code,
+        storage_error_code_for(self.error_code(), api, version)
+    }
+}
+
+/// [`StorageError::error_code_for`] for a code already mapped from a storage failure (e.g.
+/// KAFKA_STORAGE_ERROR for a replica that is offline since an earlier failure).
+pub fn storage_error_code_for(code: ErrorCode, api: ApiKey, version: i16) -> ErrorCode {
+    match api {
+        ApiKey::Fetch if version <= 5 && code == ErrorCode::KafkaStorageError => {
+            ErrorCode::NotLeaderOrFollower
         }
+        ApiKey::OffsetCommit
+        | ApiKey::TxnOffsetCommit
+        | ApiKey::JoinGroup
+        | ApiKey::SyncGroup
+        | ApiKey::InitProducerId
+        | ApiKey::AddPartitionsToTxn
+        | ApiKey::AddOffsetsToTxn
+        | ApiKey::EndTxn => match code {
+            ErrorCode::KafkaStorageError => ErrorCode::NotCoordinator,
+            ErrorCode::MessageTooLarge => ErrorCode::UnknownServerError,
+            other => other,
+        },
+        _ => code,
     }
 }
 

@@ -6,9 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strom_protocol::kafka::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use strom_protocol::kafka::messages::{FetchRequest, FetchResponse, TopicName};
-
-use strom_protocol::ErrorCode;
+use strom_protocol::kafka::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
 
 use super::str_bytes;
 use crate::partition::{FetchIsolation, PartitionFetch};
@@ -93,13 +91,7 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
                     let mut data = PartitionData::default()
                         .with_partition_index(fp.partition)
                         .with_error_code(r.error.map_or(0, |e| {
-                            // Fetch v5 and older do not know KAFKA_STORAGE_ERROR (Kafka's
-                            // FetchResponse maps it to NOT_LEADER_OR_FOLLOWER there).
-                            if e == ErrorCode::KafkaStorageError && version <= 5 {
-                                ErrorCode::NotLeaderOrFollower.code()
-                            } else {
-                                e.code()
-                            }
+                            strom_storage::storage_error_code_for(e, ApiKey::Fetch, version).code()
                         }))
                         .with_high_watermark(r.high_watermark)
                         .with_last_stable_offset(r.last_stable_offset)
