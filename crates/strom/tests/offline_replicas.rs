@@ -155,14 +155,14 @@ fn a_partition_whose_log_cannot_be_created_answers_storage_errors() {
     // Listed offline; once the controller has it, the partition (its only replica offline)
     // has no leader, so clients do not send to it.
     wait_for("offline replica without a leader", || {
-        partition0_leader_and_offline(broker.addr(), "bad") == (-1, vec![1])
+        partition0_leader_and_offline(broker.addr(), "bad") == Some((-1, vec![1]))
     });
     // The broker and other partitions are fine.
     create_topic(&broker, "good", 1, &[]);
     assert_eq!(raw_produce(&broker, "good"), 0);
     assert_eq!(
         partition0_leader_and_offline(broker.addr(), "good"),
-        (1, vec![])
+        Some((1, vec![]))
     );
 
     // Restarted with the obstacle still there: still offline, still answered.
@@ -171,14 +171,14 @@ fn a_partition_whose_log_cannot_be_created_answers_storage_errors() {
     assert_eq!(raw_produce(&broker, "bad"), storage_error());
     assert_eq!(
         partition0_leader_and_offline(broker.addr(), "bad"),
-        (-1, vec![1])
+        Some((-1, vec![1]))
     );
     // Obstacle removed: the log opens, the controller brings the replica back and elects it.
     broker.stop();
     std::fs::remove_file(broker.partition_dir("bad", 0)).unwrap();
     broker.restart();
     wait_for("replica back online and leader", || {
-        partition0_leader_and_offline(broker.addr(), "bad") == (1, vec![])
+        partition0_leader_and_offline(broker.addr(), "bad") == Some((1, vec![]))
     });
     assert_eq!(raw_produce(&broker, "bad"), 0);
     assert_eq!(raw_fetch(&broker, "bad"), 0);
@@ -209,8 +209,9 @@ fn the_leadership_of_an_offline_replica_moves_to_another_isr_member() {
     };
     for node in 1..=3 {
         wait_for("leadership moved off the offline replica", || {
-            let (leader, offline) = partition0_leader_and_offline(addr(node), "moved");
-            leader != 1 && leader > 0 && offline == vec![1]
+            // A node that does not know the topic yet has not seen the move either.
+            partition0_leader_and_offline(addr(node), "moved")
+                .is_some_and(|(leader, offline)| leader != 1 && leader > 0 && offline == vec![1])
         });
     }
     wait_for("offline replica out of the ISR", || {

@@ -206,7 +206,8 @@ pub fn admin_controller(c: &Cluster, node: i32) -> i32 {
 /// from a raw Metadata v12 answer (rdkafka does not expose them).
 pub fn offline_replicas(c: &Cluster, node: i32, topic: &str) -> Vec<i32> {
     let port = c.nodes.iter().find(|n| n.id == node).unwrap().port;
-    let (_, mut out) = super::partition0_leader_and_offline(("127.0.0.1", port), topic);
+    let (_, mut out) = super::partition0_leader_and_offline(("127.0.0.1", port), topic)
+        .expect("topic in metadata");
     out.sort_unstable();
     out
 }

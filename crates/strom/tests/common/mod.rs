@@ -903,11 +903,12 @@ pub fn segment_batches(bytes: &[u8]) -> (Vec<(usize, i64, usize)>, usize) {
 }
 
 /// (leader, offline replicas) of `topic`-0 from a raw Metadata v12 answer of the broker at
-/// `addr` (rdkafka does not expose offline replicas).
+/// `addr` (rdkafka does not expose offline replicas); `None` while that broker does not know
+/// the topic yet.
 pub fn partition0_leader_and_offline(
     addr: impl std::net::ToSocketAddrs,
     topic: &str,
-) -> (i32, Vec<i32>) {
+) -> Option<(i32, Vec<i32>)> {
     use strom_protocol::kafka::messages::{ApiKey, MetadataRequest, MetadataResponse};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     let resp: MetadataResponse = raw_call(
@@ -919,15 +920,10 @@ pub fn partition0_leader_and_offline(
     let t = resp
         .topics
         .iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
-        .expect("topic in metadata");
-    let p = t
-        .partitions
-        .iter()
-        .find(|p| p.partition_index == 0)
-        .unwrap();
-    (
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))?;
+    let p = t.partitions.iter().find(|p| p.partition_index == 0)?;
+    Some((
         p.leader_id.0,
         p.offline_replicas.iter().map(|b| b.0).collect(),
-    )
+    ))
 }
