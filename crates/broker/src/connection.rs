@@ -265,8 +265,7 @@ pub async fn serve(
             }
         }
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
-            let need = frame_remaining(&buf).max(READ_CHUNK);
-            buf.reserve(need);
+            buf.reserve(read_reservation(&buf));
         }
         tokio::select! {
             r = stream.read_buf(&mut buf) => match r {
@@ -284,14 +283,19 @@ pub async fn serve(
     }
 }
 
-/// Bytes still missing for the frame at the head of `buf`, so a large request is read into one
-/// allocation instead of growing it step by step.
-fn frame_remaining(buf: &[u8]) -> usize {
-    if buf.len() < 4 {
-        return 0;
-    }
-    let size = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]).max(0) as usize;
-    (4 + size).saturating_sub(buf.len())
+/// How much room to make before the next read. The frame at the head of `buf` may claim up to
+/// `socket.request.max.bytes`; that is the sender's word, not bytes received, so the buffer
+/// grows with what has arrived (at most doubling, never below one read chunk) instead of
+/// reserving the claim up front: a 4-byte header claiming 100 MB costs one chunk, and a real
+/// large request is read with a handful of reallocations.
+fn read_reservation(buf: &[u8]) -> usize {
+    let missing = if buf.len() < 4 {
+        0
+    } else {
+        let size = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]).max(0) as usize;
+        (4 + size).saturating_sub(buf.len())
+    };
+    missing.min(buf.len()).max(READ_CHUNK)
 }
 
 #[cfg(test)]
@@ -317,6 +321,22 @@ mod tests {
         assert!(!waiter.is_finished(), "one still in flight");
         f.leave();
         assert!(waiter.await.unwrap(), "idle once the last request is done");
+    }
+
+    #[test]
+    fn a_claimed_frame_size_is_not_reserved_before_its_bytes_arrive() {
+        let mut claim = (100 * 1024 * 1024i32).to_be_bytes().to_vec();
+        assert_eq!(read_reservation(&claim), READ_CHUNK, "a bare 100 MB claim");
+        claim.resize(4 + 3 * READ_CHUNK, 0);
+        assert_eq!(
+            read_reservation(&claim),
+            4 + 3 * READ_CHUNK,
+            "grows with what has arrived"
+        );
+        let mut small = 10i32.to_be_bytes().to_vec();
+        small.extend_from_slice(&[0; 3]);
+        assert_eq!(read_reservation(&small), READ_CHUNK);
+        assert_eq!(read_reservation(&[]), READ_CHUNK);
     }
 
     #[test]
