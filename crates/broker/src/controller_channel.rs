@@ -20,18 +20,15 @@ use strom_controller::{
 use strom_protocol::kafka::messages::broker_registration_request::Listener;
 use strom_protocol::kafka::messages::create_topics_request::CreatableTopic;
 use strom_protocol::kafka::messages::*;
-use strom_protocol::kafka::protocol::{Decodable, Encodable, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use strom_protocol::kafka::protocol::{Request, StrBytes};
 
 use crate::config::BrokerConfig;
+use crate::inter_broker::{Channel, InterBrokerClient};
 use crate::request_context::{serialize_principal, RequestContext};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(15);
 /// How often a call in flight checks that its controller is still the active one.
 const LEADER_CHECK: Duration = Duration::from_millis(50);
-/// Frames from a controller are small; anything bigger is a broken peer.
-const MAX_RESPONSE: usize = 100 * 1024 * 1024;
 
 pub struct ControllerChannel {
     node_id: i32,
@@ -42,31 +39,20 @@ pub struct ControllerChannel {
     /// The inter-broker listener's name and security protocol, for BrokerRegistration.
     listener_name: String,
     security_protocol: i16,
-    /// One connection per [`Lane`] to the current active controller, each used by one call at
-    /// a time: a heartbeat never waits behind a forwarded CreateTopics.
-    conns: [tokio::sync::Mutex<Option<(i32, TcpStream)>>; 3],
-    correlation: std::sync::atomic::AtomicI32,
+    /// The broker's one client to other nodes, shared with the replica fetchers. Each kind of
+    /// controller request has its own [`Channel`] there, so a heartbeat never waits behind a
+    /// forwarded CreateTopics (see [`channel_of`]).
+    client: Arc<InterBrokerClient>,
 }
 
 /// Kafka keeps a separate channel to the controller for heartbeats (`BrokerLifecycleManager`),
 /// for AlterPartition and for forwarding; so does Strom, so that a slow admin request does not
 /// hold back the heartbeats that keep this broker unfenced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lane {
-    /// BrokerRegistration and BrokerHeartbeat.
-    Lifecycle = 0,
-    AlterPartition = 1,
-    /// Forwarded admin requests, auto-creation, AllocateProducerIds.
-    Forwarding = 2,
-}
-
-impl Lane {
-    fn of(api: ApiKey) -> Lane {
-        match api {
-            ApiKey::BrokerRegistration | ApiKey::BrokerHeartbeat => Lane::Lifecycle,
-            ApiKey::AlterPartition => Lane::AlterPartition,
-            _ => Lane::Forwarding,
-        }
+fn channel_of(api_key: i16) -> Channel {
+    match ApiKey::try_from(api_key) {
+        Ok(ApiKey::BrokerRegistration | ApiKey::BrokerHeartbeat) => Channel::ControllerLifecycle,
+        Ok(ApiKey::AlterPartition) => Channel::ControllerAlterPartition,
+        _ => Channel::ControllerForwarding,
     }
 }
 
@@ -88,63 +74,56 @@ impl ControllerChannel {
             controller_addrs: BTreeMap::new(),
             listener_name: "PLAINTEXT".into(),
             security_protocol: crate::listeners::SecurityProtocol::Plaintext.id(),
-            conns: Default::default(),
-            correlation: std::sync::atomic::AtomicI32::new(1),
+            client: InterBrokerClient::new(node_id),
         }
     }
 
-    /// The broker's channel: the voters' controller listeners from the quorum, and the
-    /// inter-broker listener to register.
+    /// The broker's channel: the voters' controller listeners from the quorum, the
+    /// inter-broker listener to register, and the broker's inter-broker client.
     pub fn for_broker(
         config: &BrokerConfig,
         controller: Arc<QuorumController>,
         metadata: Arc<RwLock<Arc<MetadataImage>>>,
+        client: Arc<InterBrokerClient>,
     ) -> Self {
         let inter_broker = config.listeners.inter_broker_advertised();
         Self {
             controller_addrs: config.controller_quorum.clone().unwrap_or_default(),
             listener_name: inter_broker.listener_name.clone(),
             security_protocol: inter_broker.security_protocol.id(),
+            client,
             ..Self::new(config.node_id, controller, metadata)
         }
     }
 
-    /// Sends a request frame payload (header and body) to the active controller and returns
-    /// the response payload.
-    pub async fn forward_raw(&self, lane: Lane, payload: &[u8]) -> Result<Bytes, ControllerError> {
-        // One call at a time on the connection: the controller is looked up after the wait, so
-        // a call queued behind one to a controller that has since lost its place goes to the
-        // new one.
-        let mut guard = self.conns[lane as usize].lock().await;
+    /// One request to the active controller, on the channel for its kind.
+    async fn call<R: Request>(
+        &self,
+        version: i16,
+        req: &R,
+    ) -> Result<R::Response, ControllerError> {
         let leader = self.controller.active_controller();
         let Some(leader) = leader.filter(|&l| l != self.node_id) else {
             return Err(not_controller(leader));
         };
-        let addr = *self
+        let addr = self
             .controller_addrs
             .get(&leader)
-            .ok_or_else(|| not_controller(Some(leader)))?;
-        if guard.as_ref().is_some_and(|(id, _)| *id != leader) {
-            *guard = None;
-        }
+            .ok_or_else(|| not_controller(Some(leader)))?
+            .to_string();
+        let channel = channel_of(R::KEY);
         let call = async {
-            if guard.is_none() {
-                let s = TcpStream::connect(&addr).await?;
-                s.set_nodelay(true)?;
-                *guard = Some((leader, s));
+            let conn = self
+                .client
+                .connection(leader, &addr, channel, CALL_TIMEOUT)
+                .await?;
+            let r = conn.send(req, version).await;
+            if r.is_err() {
+                // Timed out or broken: its state is unknown, nothing more goes over it.
+                self.client
+                    .disconnect(leader, channel, &conn, "controller call failed");
             }
-            let (_, s) = guard.as_mut().expect("connected above");
-            let mut frame = BytesMut::with_capacity(4 + payload.len());
-            frame.put_i32(payload.len() as i32);
-            frame.put_slice(payload);
-            s.write_all(&frame).await?;
-            let size = s.read_i32().await?;
-            if size < 0 || size as usize > MAX_RESPONSE {
-                return Err(std::io::Error::other(format!("bad response size {size}")));
-            }
-            let mut buf = vec![0u8; size as usize];
-            s.read_exact(&mut buf).await?;
-            Ok::<_, std::io::Error>(Bytes::from(buf))
+            r
         };
         // A controller that stops answering without closing the connection (SIGSTOP, a cut
         // link) is voted out by the quorum within the election timeout; as Kafka's
@@ -159,21 +138,13 @@ impl ControllerChannel {
                 }
             }
         };
-        let result = tokio::select! {
-            r = tokio::time::timeout(CALL_TIMEOUT, call) => r.ok(),
-            () = deposed => None,
-        };
-        match result {
-            Some(Ok(b)) => Ok(b),
-            Some(Err(e)) => {
-                *guard = None;
+        tokio::select! {
+            r = call => r.map_err(|e| {
                 tracing::debug!(leader, %addr, error = %e, "controller call failed");
-                Err(not_controller(Some(leader)))
-            }
-            None => {
-                // The request may be half-written or its answer still due: never reuse this
-                // connection.
-                *guard = None;
+                not_controller(Some(leader))
+            }),
+            () = deposed => {
+                self.client.close_channel(leader, channel, "controller deposed");
                 Err(not_controller(self.controller.active_controller()))
             }
         }
@@ -196,7 +167,7 @@ impl ControllerChannel {
             .with_request_data(request.clone())
             .with_request_principal(Some(serialize_principal(&ctx.principal)))
             .with_client_host_address(address);
-        let resp: EnvelopeResponse = self.call(ApiKey::Envelope, 0, &req).await?;
+        let resp: EnvelopeResponse = self.call(0, &req).await?;
         match (resp.error_code, resp.response_data) {
             (0, Some(data)) => Ok(data),
             (code, _) => {
@@ -204,39 +175,6 @@ impl ControllerChannel {
                 Err(not_controller(self.controller.active_controller()))
             }
         }
-    }
-
-    /// One typed request to the active controller.
-    async fn call<Req: Encodable, Resp: Decodable>(
-        &self,
-        api: ApiKey,
-        version: i16,
-        req: &Req,
-    ) -> Result<Resp, ControllerError> {
-        let corr = self
-            .correlation
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut buf = BytesMut::new();
-        let header = RequestHeader::default()
-            .with_request_api_key(api as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(corr)
-            .with_client_id(Some(StrBytes::from_string(format!(
-                "strom-broker-{}",
-                self.node_id
-            ))));
-        let io = |e: &dyn std::fmt::Display| ControllerError::Io(e.to_string());
-        header
-            .encode(&mut buf, api.request_header_version(version))
-            .map_err(|e| io(&e))?;
-        req.encode(&mut buf, version).map_err(|e| io(&e))?;
-        let mut resp = self.forward_raw(Lane::of(api), &buf).await?;
-        let h = ResponseHeader::decode(&mut resp, api.response_header_version(version))
-            .map_err(|e| io(&e))?;
-        if h.correlation_id != corr {
-            return Err(ControllerError::Io("correlation id mismatch".into()));
-        }
-        Resp::decode(&mut resp, version).map_err(|e| io(&e))
     }
 
     /// Registers this broker's endpoint with the active controller.
@@ -261,8 +199,7 @@ impl ControllerChannel {
                 .with_host(StrBytes::from_string(host.to_string()))
                 .with_port(port as u16)
                 .with_security_protocol(self.security_protocol)]);
-        let resp: BrokerRegistrationResponse =
-            self.call(ApiKey::BrokerRegistration, 0, &req).await?;
+        let resp: BrokerRegistrationResponse = self.call(0, &req).await?;
         code_to_result(resp.error_code, self.controller.active_controller())
     }
 
@@ -272,8 +209,7 @@ impl ControllerChannel {
             return self.controller.allocate_producer_ids(self.node_id).await;
         }
         let req = AllocateProducerIdsRequest::default().with_broker_id(BrokerId(self.node_id));
-        let resp: AllocateProducerIdsResponse =
-            self.call(ApiKey::AllocateProducerIds, 0, &req).await?;
+        let resp: AllocateProducerIdsResponse = self.call(0, &req).await?;
         code_to_result(resp.error_code, self.controller.active_controller())?;
         Ok(ProducerIdBlock {
             start: resp.producer_id_start.0,
@@ -308,10 +244,7 @@ impl ControllerChannel {
         let req = CreateTopicsRequest::default()
             .with_topics(topics)
             .with_timeout_ms(10_000);
-        match self
-            .call::<_, CreateTopicsResponse>(ApiKey::CreateTopics, 5, &req)
-            .await
-        {
+        match self.call(5, &req).await {
             Ok(resp) => {
                 for t in resp.topics {
                     tracing::debug!(topic = %t.name.0.as_str(), code = t.error_code, "auto-create through the controller");
@@ -372,7 +305,7 @@ impl ControllerChannel {
                     .with_new_isr(
                         p.new_isr.iter().map(|&b| BrokerId(b)).collect(),
                     )])]);
-        let resp: AlterPartitionResponse = self.call(ApiKey::AlterPartition, 2, &req).await?;
+        let resp: AlterPartitionResponse = self.call(2, &req).await?;
         code_to_result(resp.error_code, self.controller.active_controller())?;
         let code = resp
             .topics
@@ -397,8 +330,7 @@ impl ControllerChannel {
                 .map(|_| ());
         }
         let req = crate::directory_assignments::request(self.node_id, dirs);
-        let resp: AssignReplicasToDirsResponse =
-            self.call(ApiKey::AssignReplicasToDirs, 0, &req).await?;
+        let resp: AssignReplicasToDirsResponse = self.call(0, &req).await?;
         code_to_result(resp.error_code, self.controller.active_controller())
     }
 
@@ -416,7 +348,7 @@ impl ControllerChannel {
                 .map(|_| ());
         }
         let req = BrokerHeartbeatRequest::default().with_broker_id(BrokerId(self.node_id));
-        let resp: BrokerHeartbeatResponse = self.call(ApiKey::BrokerHeartbeat, 0, &req).await?;
+        let resp: BrokerHeartbeatResponse = self.call(0, &req).await?;
         code_to_result(resp.error_code, self.controller.active_controller())
     }
 
@@ -436,7 +368,7 @@ impl ControllerChannel {
         let req = BrokerHeartbeatRequest::default()
             .with_broker_id(BrokerId(self.node_id))
             .with_want_shut_down(true);
-        let resp: BrokerHeartbeatResponse = self.call(ApiKey::BrokerHeartbeat, 0, &req).await?;
+        let resp: BrokerHeartbeatResponse = self.call(0, &req).await?;
         code_to_result(resp.error_code, self.controller.active_controller())?;
         Ok(resp.should_shut_down)
     }

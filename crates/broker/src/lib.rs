@@ -15,6 +15,7 @@ pub mod connection;
 pub mod controller_channel;
 pub mod directory_assignments;
 pub mod handlers;
+pub mod inter_broker;
 pub mod listeners;
 pub mod log_chores;
 pub mod log_manager;

@@ -22,6 +22,7 @@ use uuid::Uuid;
 use crate::config::BrokerConfig;
 use crate::connection::{ConnectionInfo, ConnectionQuotas};
 use crate::controller_channel::ControllerChannel;
+use crate::inter_broker::InterBrokerClient;
 use crate::listeners::{EndPoint, ListenerScope};
 use crate::metadata_loader::{ImageHolder, MetadataLoader};
 use crate::producer_ids::ProducerIdManager;
@@ -65,6 +66,8 @@ pub struct Broker {
     pub channel: Arc<ControllerChannel>,
     metadata: Arc<RwLock<Arc<MetadataImage>>>,
     pub metadata_loader: Arc<MetadataLoader>,
+    /// This broker's connections to other nodes (controller channel, replica fetchers).
+    pub inter_broker: Arc<InterBrokerClient>,
     /// Requests being handled, so that shutdown closes the logs only after the last of them
     /// (no append after the clean-shutdown marker).
     pub(crate) in_flight: crate::connection::InFlight,
@@ -290,17 +293,21 @@ impl Server {
         crate::log_chores::configure_file_cache(&config);
         let replica_manager = Arc::new(ReplicaManager::new(config.clone())?);
         let metadata = Arc::new(RwLock::new(controller.image()));
+        // One client for everything this broker asks other nodes: the controller channel and
+        // the replica fetchers (separate connections per purpose, see inter_broker.rs).
+        let inter_broker = InterBrokerClient::new(config.node_id);
         let channel = Arc::new(ControllerChannel::for_broker(
             &config,
             controller.clone(),
             metadata.clone(),
+            inter_broker.clone(),
         ));
         if config.controller_quorum.is_some() {
             replica_manager.enable_replication(Replication {
-                fetchers: FetcherManager::new(FetcherConfig::from_props(
-                    config.node_id,
-                    &config.props,
-                )),
+                fetchers: FetcherManager::new(
+                    FetcherConfig::from_props(config.node_id, &config.props),
+                    inter_broker.clone(),
+                ),
                 alter_partition: alter_partition_sender(
                     channel.clone(),
                     Arc::downgrade(&replica_manager),
@@ -349,6 +356,7 @@ impl Server {
             replica_manager,
             metadata,
             metadata_loader,
+            inter_broker,
             in_flight: crate::connection::InFlight::default(),
         });
         // Kafka connections on the controller listener wait for this.
@@ -454,6 +462,7 @@ impl Server {
         self.broker.metadata_loader.shutdown().await;
         self.broker.replica_manager.shutdown()?;
         self.broker.controller.shutdown().await;
+        self.broker.inter_broker.close_all();
         tracing::info!("shutdown complete");
         Ok(())
     }

@@ -88,12 +88,14 @@ fn crafted_element_counts_reserve_no_more_than_the_request_holds() {
                     let p = payload(entry.key, version, body);
                     largest = largest.max(p.len());
                     match handlers::parse_request(&p, scope) {
-                        Ok(ParsedRequest::Request { entry, header, body }) => {
-                            match (entry.decode)(body, header.request_api_version) {
-                                Ok(()) => decoded += 1,
-                                Err(_) => refused += 1,
-                            }
-                        }
+                        Ok(ParsedRequest::Request {
+                            entry,
+                            header,
+                            body,
+                        }) => match (entry.decode)(body, header.request_api_version) {
+                            Ok(()) => decoded += 1,
+                            Err(_) => refused += 1,
+                        },
                         Ok(ParsedRequest::ApiVersionsFallback { .. }) | Err(_) => refused += 1,
                     }
                 }
@@ -107,7 +109,10 @@ fn crafted_element_counts_reserve_no_more_than_the_request_holds() {
             }
         }
     }
-    assert!(refused > 0 && decoded > 0, "{decoded} decoded, {refused} refused");
+    assert!(
+        refused > 0 && decoded > 0,
+        "{decoded} decoded, {refused} refused"
+    );
 
     // The check catches the fault it looks for: one reservation of the size an unpatched
     // decoder made for a claimed 0x7fffffff-element array of 1-byte elements shows in VmPeak,

@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use strom_client::connection::{Connection, ConnectionConfig};
 use strom_protocol::kafka::messages::fetch_request::{FetchPartition, FetchTopic};
 use strom_protocol::kafka::messages::fetch_response::PartitionData;
 use strom_protocol::kafka::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
@@ -31,6 +30,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::inter_broker::{Channel, InterBrokerClient};
 use crate::partition::Partition;
 use crate::replica_manager::TopicPartition;
 
@@ -126,19 +126,25 @@ pub struct ReplicaFetcher {
 }
 
 impl ReplicaFetcher {
-    /// Starts the fetch task on the current tokio runtime (see [`Self::start_on`]).
+    /// Starts the fetch task on the current tokio runtime with a client of its own (see
+    /// [`Self::start_on`]; a broker's fetchers share the broker's one client).
     pub fn start(config: FetcherConfig, leader_id: i32, leader_addr: &str) -> Arc<Self> {
+        let client = InterBrokerClient::new(config.node_id);
         Self::start_on(
             &tokio::runtime::Handle::current(),
             config,
+            client,
             leader_id,
             leader_addr,
         )
     }
 
+    /// Starts the fetch task on `rt`; its Fetch requests go over `client`'s
+    /// [`Channel::ReplicaFetch`] connection to the leader.
     pub fn start_on(
         rt: &tokio::runtime::Handle,
         config: FetcherConfig,
+        client: Arc<InterBrokerClient>,
         leader_id: i32,
         leader_addr: &str,
     ) -> Arc<Self> {
@@ -149,6 +155,7 @@ impl ReplicaFetcher {
         let (stop, stop_rx) = watch::channel(false);
         let task = rt.spawn(run(
             config,
+            client,
             leader_id,
             leader_addr.to_string(),
             shared.clone(),
@@ -252,12 +259,12 @@ async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
 
 async fn run(
     config: FetcherConfig,
+    client: Arc<InterBrokerClient>,
     leader_id: i32,
     addr: String,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut conn: Option<Connection> = None;
     loop {
         if *stop.borrow() {
             break;
@@ -276,28 +283,20 @@ async fn run(
             }
             continue;
         };
-        if conn.as_ref().is_none_or(Connection::is_closed) {
-            let cc = ConnectionConfig {
-                client_id: format!("broker-{}-fetcher-{leader_id}", config.node_id),
-                request_timeout: config.request_timeout,
-                ..ConnectionConfig::default()
-            };
-            let connected = tokio::select! {
-                r = Connection::connect(&addr, cc) => r,
-                _ = stop.changed() => break,
-            };
-            match connected {
-                Ok(c) => conn = Some(c),
-                Err(e) => {
-                    tracing::warn!(leader = leader_id, %addr, error = %e, "replica fetcher cannot connect");
-                    if !sleep_or_stop(config.backoff, &mut stop).await {
-                        break;
-                    }
-                    continue;
+        let connected = tokio::select! {
+            r = client.connection(leader_id, &addr, Channel::ReplicaFetch, config.request_timeout) => r,
+            _ = stop.changed() => break,
+        };
+        let c = match connected {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(leader = leader_id, %addr, error = %e, "replica fetcher cannot connect");
+                if !sleep_or_stop(config.backoff, &mut stop).await {
+                    break;
                 }
+                continue;
             }
-        }
-        let c = conn.as_ref().expect("connected");
+        };
         let result = tokio::select! {
             r = c.send(&req, REPLICA_FETCH_VERSION) => r,
             _ = stop.changed() => break,
@@ -318,18 +317,16 @@ async fn run(
             }
             Err(e) => {
                 tracing::warn!(leader = leader_id, %addr, error = %e, "replica fetch failed");
-                if let Some(c) = conn.take() {
-                    c.close("replica fetch failed");
-                }
+                client.disconnect(leader_id, Channel::ReplicaFetch, &c, "replica fetch failed");
                 if !sleep_or_stop(config.backoff, &mut stop).await {
                     break;
                 }
             }
         }
     }
-    if let Some(c) = conn {
-        c.close("replica fetcher stopped");
-    }
+    // The connection stays in the client: a fetch abandoned mid-flight is answered there and
+    // discarded (responses are matched by correlation id), and a fetcher started again for
+    // this leader reuses it.
 }
 
 fn earliest_delay(shared: &Shared) -> Option<Instant> {
@@ -509,15 +506,17 @@ fn handle_out_of_range(
 /// `ReplicaFetcherManager` with `num.replica.fetchers` = 1).
 pub struct FetcherManager {
     config: FetcherConfig,
+    client: Arc<InterBrokerClient>,
     rt: tokio::runtime::Handle,
     fetchers: Mutex<HashMap<i32, Arc<ReplicaFetcher>>>,
 }
 
 impl FetcherManager {
     /// Must be called inside a tokio runtime; fetchers are spawned on it.
-    pub fn new(config: FetcherConfig) -> Self {
+    pub fn new(config: FetcherConfig, client: Arc<InterBrokerClient>) -> Self {
         Self {
             config,
+            client,
             rt: tokio::runtime::Handle::current(),
             fetchers: Mutex::new(HashMap::new()),
         }
@@ -568,7 +567,13 @@ impl FetcherManager {
         let f = fetchers
             .entry(leader_id)
             .or_insert_with(|| {
-                ReplicaFetcher::start_on(&self.rt, self.config.clone(), leader_id, leader_addr)
+                ReplicaFetcher::start_on(
+                    &self.rt,
+                    self.config.clone(),
+                    self.client.clone(),
+                    leader_id,
+                    leader_addr,
+                )
             })
             .clone();
         drop(fetchers);
