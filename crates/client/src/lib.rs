@@ -27,6 +27,7 @@
 //! ```
 
 pub mod admin;
+pub mod assignor;
 pub mod client;
 pub mod connection;
 pub mod consumer;
