@@ -1,0 +1,1 @@
+//! `__consumer_offsets` records in Kafka's schemas. Filled in by the records work.
