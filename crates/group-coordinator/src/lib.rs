@@ -5,7 +5,9 @@
 //!   (`OffsetCommitKey/Value`, `GroupMetadataKey/Value`, `ConsumerGroup*`), so Kafka's
 //!   `kafka-dump-log --offsets-decoder` reads Strom's offsets topic and Strom reads Kafka's;
 //! - `assignor`: the server-side assignors of the KIP-848 consumer protocol (`uniform`,
-//!   `range`), equal to group-coordinator 4.4's `UniformAssignor` and `RangeAssignor`.
+//!   `range`), equal to group-coordinator 4.4's `UniformAssignor` and `RangeAssignor`;
+//! - `topic`: `__consumer_offsets` itself — its settings and which partition holds a group
+//!   (`abs(groupId.hashCode()) % partitions`, bit-exact with Kafka's).
 //!
 //! Coming with the rest of the consumer-groups issue: one coordinator shard per
 //! `__consumer_offsets` partition this broker leads (the classic and consumer group state
@@ -14,3 +16,4 @@
 
 pub mod assignor;
 pub mod records;
+pub mod topic;
