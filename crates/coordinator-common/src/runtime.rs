@@ -1,0 +1,527 @@
+//! The coordinator runtime (Kafka's `CoordinatorRuntime`).
+//!
+//! One [`CoordinatorShard`] per internal partition this broker leads, owned by one task: every
+//! event of that partition (a write, a read, a timer, a high-watermark advance, unloading) goes
+//! through its queue and runs alone, so a shard never needs a lock and two events of a
+//! partition never interleave. Shards of different partitions run in parallel.
+//!
+//! A **write** runs an operation against the shard's latest state; the operation returns
+//! records and a response. The runtime replays the records into the shard at once (tagged with
+//! the offsets they will get, so the next write sees them), appends them as one batch through
+//! the [`PartitionWriter`] — the broker's leader append with origin Coordinator, at the leader
+//! epoch the shard was loaded with — and holds the response until the partition's high
+//! watermark passes the batch. If the append fails, the shard is reverted to the batch's base
+//! offset ([`crate::timeline`]) and the caller gets the error. A **read** sees the state as of
+//! the high watermark.
+//!
+//! **Lifecycle**: [`CoordinatorRuntime::schedule_load`] on becoming leader of a partition
+//! (the shard is rebuilt by replaying the partition from its log start; requests meanwhile get
+//! COORDINATOR_LOAD_IN_PROGRESS), [`CoordinatorRuntime::schedule_unload`] on losing it (the
+//! shard is dropped, pending responses and later requests get NOT_COORDINATOR).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use strom_protocol::ErrorCode;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::timeline::Timeline;
+
+/// An internal topic partition: (topic, partition).
+pub type TopicPartition = (String, i32);
+
+/// One record as appended: key, and value (`None` = tombstone).
+pub type RawRecord = (Bytes, Option<Bytes>);
+
+/// Why a coordinator request did not succeed, mapped to the code Kafka's coordinators answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CoordinatorError {
+    /// This broker does not (or no longer) lead the partition.
+    #[error("not the coordinator for {0:?}")]
+    NotCoordinator(TopicPartition),
+    /// The partition is being replayed.
+    #[error("coordinator for {0:?} is loading")]
+    LoadInProgress(TopicPartition),
+    /// The append failed for a reason the client may retry on another attempt (not enough
+    /// replicas, timed out): Kafka answers COORDINATOR_NOT_AVAILABLE.
+    #[error("coordinator not available: {0}")]
+    NotAvailable(String),
+    /// An error of the operation itself, with the code to answer.
+    #[error("{code:?}: {message}")]
+    Operation { code: ErrorCode, message: String },
+}
+
+impl CoordinatorError {
+    /// The code a response carries for this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            CoordinatorError::NotCoordinator(_) => ErrorCode::NotCoordinator,
+            CoordinatorError::LoadInProgress(_) => ErrorCode::CoordinatorLoadInProgress,
+            CoordinatorError::NotAvailable(_) => ErrorCode::CoordinatorNotAvailable,
+            CoordinatorError::Operation { code, .. } => *code,
+        }
+    }
+
+    /// How Kafka's coordinators translate a failed append of their records
+    /// (`GroupCoordinatorService` / `TransactionCoordinator` normalisation): leadership or
+    /// storage lost means the client must find the coordinator again; a temporary shortage of
+    /// replicas or a timeout means retry; a batch too large is the server's own fault.
+    pub fn from_append(tp: &TopicPartition, e: &WriteError) -> Self {
+        match e.code {
+            ErrorCode::NotLeaderOrFollower
+            | ErrorCode::KafkaStorageError
+            | ErrorCode::FencedLeaderEpoch
+            | ErrorCode::UnknownLeaderEpoch => CoordinatorError::NotCoordinator(tp.clone()),
+            ErrorCode::UnknownTopicOrPartition
+            | ErrorCode::NotEnoughReplicas
+            | ErrorCode::NotEnoughReplicasAfterAppend
+            | ErrorCode::RequestTimedOut => CoordinatorError::NotAvailable(e.message.clone()),
+            _ => CoordinatorError::Operation {
+                code: ErrorCode::UnknownServerError,
+                message: e.message.clone(),
+            },
+        }
+    }
+}
+
+/// A failed append or load, as the broker reports it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code:?}: {message}")]
+pub struct WriteError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+/// Where an append landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendResult {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// The partition's high watermark right after the append (with one replica, or when the
+    /// followers were already caught up, it may already pass the batch).
+    pub high_watermark: i64,
+}
+
+/// The runtime's narrow way into the broker's partitions.
+pub trait PartitionWriter: Send + Sync + 'static {
+    /// Appends `records` as one batch to `tp` as its leader with origin Coordinator, refused
+    /// unless this broker still leads it at `leader_epoch`.
+    fn append(
+        &self,
+        tp: &TopicPartition,
+        leader_epoch: i32,
+        records: &[RawRecord],
+    ) -> Result<AppendResult, WriteError>;
+}
+
+/// Reads a partition from its log start for loading (blocking I/O: run off the async
+/// threads). Calls `sink(offset, key, value)` per record in offset order and returns the log
+/// end offset and high watermark it read up to.
+pub trait CoordinatorLoader: Send + Sync + 'static {
+    fn load(
+        &self,
+        tp: &TopicPartition,
+        leader_epoch: i32,
+        sink: &mut dyn FnMut(i64, Bytes, Option<Bytes>),
+    ) -> Result<AppendResult, WriteError>;
+}
+
+/// A coordinator's state for one partition, built from its records.
+pub trait CoordinatorShard: Timeline + Send + 'static {
+    type Record: Send + 'static;
+
+    /// Applies one record at `offset` (from a write of this shard, or from loading).
+    fn replay(&mut self, offset: i64, record: &Self::Record);
+
+    /// The records in the form they are appended.
+    fn serialize(record: &Self::Record) -> RawRecord;
+
+    /// A stored record, or `None` for one this coordinator does not know (skipped, as Kafka
+    /// skips unknown record types when loading).
+    fn deserialize(key: &Bytes, value: Option<&Bytes>) -> Option<Self::Record>;
+}
+
+/// What a write returns: the records to append and the response to give once they are
+/// committed.
+pub struct WriteResult<R, T> {
+    pub records: Vec<R>,
+    pub response: T,
+}
+
+type Completion = Box<dyn FnOnce(Result<(), CoordinatorError>) + Send>;
+/// A write as the shard task runs it: `None` when the operation refused (it has answered its
+/// caller with the error itself).
+type WriteOp<S> = Box<
+    dyn FnOnce(&mut S, &WriteContext) -> Option<(Vec<<S as CoordinatorShard>::Record>, Completion)>
+        + Send,
+>;
+type ReadOp<S> = Box<dyn FnOnce(&S, i64) + Send>;
+
+/// What an operation knows about where its records go.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteContext {
+    /// The offset the first record of this write will get.
+    pub offset: i64,
+    /// The leader epoch the shard was loaded with (Kafka's coordinator epoch).
+    pub epoch: i32,
+}
+
+enum Event<S: CoordinatorShard> {
+    Write(WriteOp<S>),
+    Read(ReadOp<S>),
+    HighWatermark(i64),
+    /// Leadership lost: stop and fail what waits.
+    Unload,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Loading,
+    Active,
+    Failed,
+}
+
+struct ShardHandle<S: CoordinatorShard> {
+    epoch: i32,
+    status: Arc<Mutex<Status>>,
+    events: mpsc::UnboundedSender<Event<S>>,
+    task: JoinHandle<()>,
+}
+
+/// Runs one coordinator's shards (the group coordinator's on `__consumer_offsets`, the
+/// transaction coordinator's on `__transaction_state`).
+pub struct CoordinatorRuntime<S: CoordinatorShard> {
+    writer: Arc<dyn PartitionWriter>,
+    loader: Arc<dyn CoordinatorLoader>,
+    new_shard: Arc<dyn Fn(&TopicPartition) -> S + Send + Sync>,
+    shards: Mutex<HashMap<TopicPartition, ShardHandle<S>>>,
+}
+
+impl<S: CoordinatorShard> CoordinatorRuntime<S> {
+    pub fn new(
+        writer: Arc<dyn PartitionWriter>,
+        loader: Arc<dyn CoordinatorLoader>,
+        new_shard: impl Fn(&TopicPartition) -> S + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            writer,
+            loader,
+            new_shard: Arc::new(new_shard),
+            shards: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// This broker became leader of `tp` at `epoch`: rebuild its shard from the log. A shard
+    /// already loaded at this or a newer epoch stays; an older one is replaced.
+    pub fn schedule_load(self: &Arc<Self>, tp: TopicPartition, epoch: i32) {
+        let mut shards = self.shards.lock();
+        if shards.get(&tp).is_some_and(|h| h.epoch >= epoch) {
+            return;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let status = Arc::new(Mutex::new(Status::Loading));
+        let task = tokio::spawn(run_shard(
+            self.clone(),
+            tp.clone(),
+            epoch,
+            status.clone(),
+            rx,
+        ));
+        if let Some(old) = shards.insert(
+            tp,
+            ShardHandle {
+                epoch,
+                status,
+                events: tx,
+                task,
+            },
+        ) {
+            old.task.abort();
+        }
+    }
+
+    /// This broker no longer leads `tp` (or leads it at a newer epoch than `epoch` says is
+    /// being resigned): drop the shard; whatever waited on it gets NOT_COORDINATOR.
+    pub fn schedule_unload(&self, tp: &TopicPartition, epoch: Option<i32>) {
+        let mut shards = self.shards.lock();
+        if shards
+            .get(tp)
+            .is_some_and(|h| epoch.is_none_or(|e| h.epoch <= e))
+        {
+            // The task fails what is pending and ends; requests already queued behind this
+            // event get NOT_COORDINATOR as their senders see the channel close.
+            if let Some(h) = shards.remove(tp) {
+                let _ = h.events.send(Event::Unload);
+            }
+        }
+    }
+
+    /// The partitions with a shard, and whether each is loaded.
+    pub fn partitions(&self) -> Vec<(TopicPartition, bool)> {
+        let mut v: Vec<_> = self
+            .shards
+            .lock()
+            .iter()
+            .map(|(tp, h)| (tp.clone(), *h.status.lock() == Status::Active))
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn sender(
+        &self,
+        tp: &TopicPartition,
+    ) -> Result<mpsc::UnboundedSender<Event<S>>, CoordinatorError> {
+        let shards = self.shards.lock();
+        let h = shards
+            .get(tp)
+            .ok_or_else(|| CoordinatorError::NotCoordinator(tp.clone()))?;
+        let status = *h.status.lock();
+        match status {
+            Status::Active => Ok(h.events.clone()),
+            Status::Loading => Err(CoordinatorError::LoadInProgress(tp.clone())),
+            Status::Failed => Err(CoordinatorError::NotCoordinator(tp.clone())),
+        }
+    }
+
+    /// Runs `op` against `tp`'s latest state; its records are appended and its response
+    /// returned once they are committed.
+    pub async fn write<T: Send + 'static>(
+        &self,
+        tp: &TopicPartition,
+        op: impl FnOnce(&mut S, &WriteContext) -> Result<WriteResult<S::Record, T>, CoordinatorError>
+            + Send
+            + 'static,
+    ) -> Result<T, CoordinatorError> {
+        let events = self.sender(tp)?;
+        let (tx, rx) = oneshot::channel::<Result<T, CoordinatorError>>();
+        let boxed: WriteOp<S> = Box::new(move |shard, ctx| match op(shard, ctx) {
+            Ok(WriteResult { records, response }) => {
+                let done: Completion = Box::new(move |r| {
+                    let _ = tx.send(r.map(|()| response));
+                });
+                Some((records, done))
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                None
+            }
+        });
+        events
+            .send(Event::Write(boxed))
+            .map_err(|_| CoordinatorError::NotCoordinator(tp.clone()))?;
+        // Not held while waiting: the shard's channel closes when it is unloaded.
+        drop(events);
+        rx.await
+            .unwrap_or_else(|_| Err(CoordinatorError::NotCoordinator(tp.clone())))
+    }
+
+    /// Runs `op` against `tp`'s state as of its high watermark (the shard passes the offset;
+    /// timeline structures read at it).
+    pub async fn read<T: Send + 'static>(
+        &self,
+        tp: &TopicPartition,
+        op: impl FnOnce(&S, i64) -> T + Send + 'static,
+    ) -> Result<T, CoordinatorError> {
+        let events = self.sender(tp)?;
+        let (tx, rx) = oneshot::channel();
+        events
+            .send(Event::Read(Box::new(move |s, hw| {
+                let _ = tx.send(op(s, hw));
+            })))
+            .map_err(|_| CoordinatorError::NotCoordinator(tp.clone()))?;
+        drop(events);
+        rx.await
+            .map_err(|_| CoordinatorError::NotCoordinator(tp.clone()))
+    }
+
+    /// The broker saw `tp`'s high watermark move to `hw`.
+    pub fn on_high_watermark(&self, tp: &TopicPartition, hw: i64) {
+        if let Some(h) = self.shards.lock().get(tp) {
+            let _ = h.events.send(Event::HighWatermark(hw));
+        }
+    }
+
+    /// Runs `op` as a write of `tp` after `delay` (timers — session expiry, rebalance and join
+    /// delays, offset expiry — are events of their partition). Dropped if the partition is
+    /// unloaded first; the returned handle cancels it.
+    pub fn schedule_write_after<T: Send + 'static>(
+        self: &Arc<Self>,
+        tp: TopicPartition,
+        delay: Duration,
+        op: impl FnOnce(&mut S, &WriteContext) -> Result<WriteResult<S::Record, T>, CoordinatorError>
+            + Send
+            + 'static,
+    ) -> JoinHandle<()> {
+        let rt = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Err(e) = rt.write(&tp, op).await {
+                tracing::debug!(?tp, error = %e, "coordinator timer");
+            }
+        })
+    }
+}
+
+impl<S: CoordinatorShard> Drop for CoordinatorRuntime<S> {
+    fn drop(&mut self) {
+        for (_, h) in self.shards.lock().drain() {
+            h.task.abort();
+        }
+    }
+}
+
+/// A shard's state while it runs.
+struct Running<S: CoordinatorShard> {
+    shard: S,
+    epoch: i32,
+    /// The offset the next batch gets: this shard is the partition's only writer.
+    next_offset: i64,
+    high_watermark: i64,
+    /// Responses waiting for the high watermark: (last offset of their batch, completion).
+    deferred: VecDeque<(i64, Completion)>,
+}
+
+impl<S: CoordinatorShard> Running<S> {
+    fn advance_high_watermark(&mut self, hw: i64) {
+        if hw <= self.high_watermark {
+            return;
+        }
+        self.high_watermark = hw;
+        self.shard.commit(hw);
+        while self.deferred.front().is_some_and(|(last, _)| *last < hw) {
+            let (_, done) = self.deferred.pop_front().expect("checked above");
+            done(Ok(()));
+        }
+    }
+}
+
+async fn run_shard<S: CoordinatorShard>(
+    rt: Arc<CoordinatorRuntime<S>>,
+    tp: TopicPartition,
+    epoch: i32,
+    status: Arc<Mutex<Status>>,
+    mut events: mpsc::UnboundedReceiver<Event<S>>,
+) {
+    let loader = rt.loader.clone();
+    let mut shard = (rt.new_shard)(&tp);
+    let writer = rt.writer.clone();
+    drop(rt);
+    // Loading reads the log: blocking I/O, off the async threads.
+    let load_tp = tp.clone();
+    let loaded = tokio::task::spawn_blocking(move || {
+        let mut skipped = 0u64;
+        let r = loader.load(
+            &load_tp,
+            epoch,
+            &mut |offset, key, value| match S::deserialize(&key, value.as_ref()) {
+                Some(record) => shard.replay(offset, &record),
+                None => skipped += 1,
+            },
+        );
+        // Everything read is committed as far as the log says; what lies above the high
+        // watermark stays revertible.
+        r.map(|end| (shard, end, skipped))
+    })
+    .await;
+    let (shard, end, skipped) = match loaded {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            tracing::warn!(?tp, epoch, error = %e, "coordinator load failed");
+            *status.lock() = Status::Failed;
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(?tp, epoch, error = %e, "coordinator load panicked");
+            *status.lock() = Status::Failed;
+            return;
+        }
+    };
+    let mut st = Running {
+        shard,
+        epoch,
+        next_offset: end.last_offset + 1,
+        high_watermark: -1,
+        deferred: VecDeque::new(),
+    };
+    st.advance_high_watermark(end.high_watermark);
+    tracing::info!(
+        ?tp,
+        epoch,
+        end_offset = st.next_offset,
+        skipped,
+        "coordinator loaded"
+    );
+    *status.lock() = Status::Active;
+
+    while let Some(event) = events.recv().await {
+        match event {
+            Event::HighWatermark(hw) => st.advance_high_watermark(hw),
+            Event::Unload => break,
+            Event::Read(op) => op(&st.shard, st.high_watermark),
+            Event::Write(op) => {
+                let ctx = WriteContext {
+                    offset: st.next_offset,
+                    epoch: st.epoch,
+                };
+                let Some((records, done)) = op(&mut st.shard, &ctx) else {
+                    // The operation refused: undo whatever it changed before refusing.
+                    st.shard.revert_to(ctx.offset);
+                    continue;
+                };
+                if records.is_empty() {
+                    // Nothing to append: answer once everything before it is committed (it
+                    // may depend on state still uncommitted).
+                    let last = ctx.offset - 1;
+                    if last < st.high_watermark {
+                        done(Ok(()));
+                    } else {
+                        st.deferred.push_back((last, done));
+                    }
+                    continue;
+                }
+                for (i, r) in records.iter().enumerate() {
+                    st.shard.replay(ctx.offset + i as i64, r);
+                }
+                let raw: Vec<RawRecord> = records.iter().map(S::serialize).collect();
+                match writer.append(&tp, st.epoch, &raw) {
+                    Ok(res) if res.base_offset == ctx.offset => {
+                        st.next_offset = res.last_offset + 1;
+                        st.deferred.push_back((res.last_offset, done));
+                        st.advance_high_watermark(res.high_watermark);
+                    }
+                    Ok(res) => {
+                        // Someone else wrote to the partition: this shard's view of it is
+                        // wrong. Keep the records (they are in the log), but stop serving:
+                        // the next load rebuilds from the log.
+                        tracing::error!(
+                            ?tp,
+                            expected = ctx.offset,
+                            got = res.base_offset,
+                            "coordinator partition written by another writer"
+                        );
+                        done(Err(CoordinatorError::NotCoordinator(tp.clone())));
+                        *status.lock() = Status::Failed;
+                        break;
+                    }
+                    Err(e) => {
+                        st.shard.revert_to(ctx.offset);
+                        done(Err(CoordinatorError::from_append(&tp, &e)));
+                    }
+                }
+            }
+        }
+    }
+    // Unloaded (or failed): whatever waits for the high watermark will not get it here.
+    for (_, done) in st.deferred.drain(..) {
+        done(Err(CoordinatorError::NotCoordinator(tp.clone())));
+    }
+}
+
+#[cfg(test)]
+#[path = "runtime_tests.rs"]
+mod tests;

@@ -1,0 +1,385 @@
+//! The runtime against an in-memory partition whose high watermark and failures the test
+//! controls, with a shard of counters.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::*;
+use crate::timeline::{Timeline, TimelineMap};
+
+/// A partition: the log, a high watermark the test moves (followers), injected failures.
+#[derive(Default)]
+struct MemPartition {
+    log: Mutex<Vec<RawRecord>>,
+    /// When set, the HW follows every append at once (one replica).
+    auto_hw: AtomicBool,
+    hw: Mutex<i64>,
+    fail_next: Mutex<Option<ErrorCode>>,
+    /// Loading waits while this is set.
+    hold_load: AtomicBool,
+}
+
+struct Writer(Arc<MemPartition>);
+
+impl PartitionWriter for Writer {
+    fn append(
+        &self,
+        _tp: &TopicPartition,
+        _epoch: i32,
+        records: &[RawRecord],
+    ) -> Result<AppendResult, WriteError> {
+        if let Some(code) = self.0.fail_next.lock().take() {
+            return Err(WriteError {
+                code,
+                message: "injected".into(),
+            });
+        }
+        let mut log = self.0.log.lock();
+        let base = log.len() as i64;
+        log.extend_from_slice(records);
+        let last = log.len() as i64 - 1;
+        let mut hw = self.0.hw.lock();
+        if self.0.auto_hw.load(Ordering::SeqCst) {
+            *hw = last + 1;
+        }
+        Ok(AppendResult {
+            base_offset: base,
+            last_offset: last,
+            high_watermark: *hw,
+        })
+    }
+}
+
+impl CoordinatorLoader for Writer {
+    fn load(
+        &self,
+        _tp: &TopicPartition,
+        _epoch: i32,
+        sink: &mut dyn FnMut(i64, Bytes, Option<Bytes>),
+    ) -> Result<AppendResult, WriteError> {
+        while self.0.hold_load.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let log = self.0.log.lock();
+        for (i, (k, v)) in log.iter().enumerate() {
+            sink(i as i64, k.clone(), v.clone());
+        }
+        Ok(AppendResult {
+            base_offset: 0,
+            last_offset: log.len() as i64 - 1,
+            high_watermark: *self.0.hw.lock(),
+        })
+    }
+}
+
+/// Named counters; a record sets one (a tombstone removes it).
+#[derive(Default)]
+struct Counters {
+    values: TimelineMap<String, i64>,
+}
+
+#[derive(Debug, Clone)]
+struct Set(String, Option<i64>);
+
+impl Timeline for Counters {
+    fn revert_to(&mut self, offset: i64) {
+        self.values.revert_to(offset)
+    }
+    fn commit(&mut self, committed: i64) {
+        self.values.commit(committed)
+    }
+}
+
+impl CoordinatorShard for Counters {
+    type Record = Set;
+    fn replay(&mut self, offset: i64, r: &Set) {
+        match r.1 {
+            Some(v) => {
+                self.values.insert(offset, r.0.clone(), v);
+            }
+            None => {
+                self.values.remove(offset, &r.0);
+            }
+        }
+    }
+    fn serialize(r: &Set) -> RawRecord {
+        (
+            Bytes::from(r.0.clone()),
+            r.1.map(|v| Bytes::from(v.to_be_bytes().to_vec())),
+        )
+    }
+    fn deserialize(key: &Bytes, value: Option<&Bytes>) -> Option<Set> {
+        let name = String::from_utf8(key.to_vec()).ok()?;
+        let v = match value {
+            Some(b) => Some(i64::from_be_bytes(b.as_ref().try_into().ok()?)),
+            None => None,
+        };
+        Some(Set(name, v))
+    }
+}
+
+fn tp() -> TopicPartition {
+    ("__consumer_offsets".into(), 7)
+}
+
+fn runtime(p: &Arc<MemPartition>) -> Arc<CoordinatorRuntime<Counters>> {
+    CoordinatorRuntime::new(
+        Arc::new(Writer(p.clone())),
+        Arc::new(Writer(p.clone())),
+        |_| Counters::default(),
+    )
+}
+
+async fn loaded(rt: &Arc<CoordinatorRuntime<Counters>>) {
+    for _ in 0..2000 {
+        if rt.partitions().iter().any(|(t, ok)| *t == tp() && *ok) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("shard not loaded");
+}
+
+/// Increments `name` by one: reads the latest (uncommitted) value, as a write does.
+async fn increment(rt: &CoordinatorRuntime<Counters>, name: &str) -> Result<i64, CoordinatorError> {
+    let name = name.to_string();
+    rt.write(&tp(), move |s: &mut Counters, _ctx: &WriteContext| {
+        let next = s.values.get(&name).copied().unwrap_or(0) + 1;
+        Ok(WriteResult {
+            records: vec![Set(name, Some(next))],
+            response: next,
+        })
+    })
+    .await
+}
+
+async fn committed(rt: &CoordinatorRuntime<Counters>, name: &str) -> Option<i64> {
+    let name = name.to_string();
+    rt.read(&tp(), move |s: &Counters, hw| {
+        s.values.get_committed(&name, hw).copied()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_response_waits_for_the_high_watermark_and_reads_see_committed_state_only() {
+    let p = Arc::new(MemPartition::default());
+    let rt = runtime(&p);
+    rt.schedule_load(tp(), 3);
+    loaded(&rt).await;
+    let rt2 = rt.clone();
+    let first = tokio::spawn(async move { increment(&rt2, "a").await });
+    // The record is in the log, the response is not given: the HW has not passed it.
+    for _ in 0..200 {
+        if !p.log.lock().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(p.log.lock().len(), 1);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(
+        !first.is_finished(),
+        "answered before the HW passed the record"
+    );
+    assert_eq!(
+        committed(&rt, "a").await,
+        None,
+        "a read sees only committed state"
+    );
+    // A second write already sees the first one's (uncommitted) value.
+    let rt3 = rt.clone();
+    let second = tokio::spawn(async move { increment(&rt3, "a").await });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(p.log.lock().len(), 2);
+    // The followers catch up with the first record only.
+    rt.on_high_watermark(&tp(), 1);
+    assert_eq!(first.await.unwrap(), Ok(1));
+    assert!(!second.is_finished());
+    assert_eq!(committed(&rt, "a").await, Some(1));
+    rt.on_high_watermark(&tp(), 2);
+    assert_eq!(second.await.unwrap(), Ok(2));
+    assert_eq!(committed(&rt, "a").await, Some(2));
+}
+
+#[tokio::test]
+async fn a_failed_append_rolls_the_shard_back_and_answers_as_kafka() {
+    let p = Arc::new(MemPartition::default());
+    p.auto_hw.store(true, Ordering::SeqCst);
+    let rt = runtime(&p);
+    rt.schedule_load(tp(), 0);
+    loaded(&rt).await;
+    assert_eq!(increment(&rt, "a").await, Ok(1));
+    *p.fail_next.lock() = Some(ErrorCode::NotEnoughReplicas);
+    let e = increment(&rt, "a").await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::CoordinatorNotAvailable);
+    // The failed write's change is gone: the next increment starts from 1 again.
+    assert_eq!(increment(&rt, "a").await, Ok(2));
+    *p.fail_next.lock() = Some(ErrorCode::NotLeaderOrFollower);
+    assert_eq!(
+        increment(&rt, "a").await.unwrap_err().code(),
+        ErrorCode::NotCoordinator
+    );
+    *p.fail_next.lock() = Some(ErrorCode::MessageTooLarge);
+    assert_eq!(
+        increment(&rt, "a").await.unwrap_err().code(),
+        ErrorCode::UnknownServerError
+    );
+    assert_eq!(committed(&rt, "a").await, Some(2));
+    assert_eq!(
+        p.log.lock().len(),
+        2,
+        "only the successful writes are in the log"
+    );
+}
+
+#[tokio::test]
+async fn an_operation_error_is_answered_with_its_code_and_undone() {
+    let p = Arc::new(MemPartition::default());
+    p.auto_hw.store(true, Ordering::SeqCst);
+    let rt = runtime(&p);
+    rt.schedule_load(tp(), 0);
+    loaded(&rt).await;
+    let r: Result<(), _> = rt
+        .write(&tp(), |s: &mut Counters, ctx: &WriteContext| {
+            // Changes state, then refuses: the change must not survive.
+            s.values.insert(ctx.offset, "x".into(), 99);
+            Err(CoordinatorError::Operation {
+                code: ErrorCode::UnknownMemberId,
+                message: "no such member".into(),
+            })
+        })
+        .await;
+    assert_eq!(r.unwrap_err().code(), ErrorCode::UnknownMemberId);
+    let latest = rt
+        .read(&tp(), |s: &Counters, _| {
+            s.values.get(&"x".to_string()).copied()
+        })
+        .await
+        .unwrap();
+    assert_eq!(latest, None);
+    assert!(p.log.lock().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_of_a_partition_run_one_at_a_time() {
+    let p = Arc::new(MemPartition::default());
+    p.auto_hw.store(true, Ordering::SeqCst);
+    let rt = runtime(&p);
+    rt.schedule_load(tp(), 0);
+    loaded(&rt).await;
+    let tasks: Vec<_> = (0..200)
+        .map(|_| {
+            let rt = rt.clone();
+            tokio::spawn(async move { increment(&rt, "n").await.unwrap() })
+        })
+        .collect();
+    let mut seen = Vec::new();
+    for t in tasks {
+        seen.push(t.await.unwrap());
+    }
+    seen.sort();
+    assert_eq!(seen, (1..=200).collect::<Vec<_>>(), "no lost update");
+    assert_eq!(committed(&rt, "n").await, Some(200));
+}
+
+#[tokio::test]
+async fn loading_rebuilds_the_state_and_answers_load_in_progress_meanwhile() {
+    let p = Arc::new(MemPartition::default());
+    p.auto_hw.store(true, Ordering::SeqCst);
+    {
+        let rt = runtime(&p);
+        rt.schedule_load(tp(), 0);
+        loaded(&rt).await;
+        for _ in 0..5 {
+            increment(&rt, "a").await.unwrap();
+        }
+        increment(&rt, "b").await.unwrap();
+        rt.write(&tp(), |_s: &mut Counters, _: &WriteContext| {
+            Ok(WriteResult {
+                records: vec![Set("b".into(), None)],
+                response: (),
+            })
+        })
+        .await
+        .unwrap();
+    }
+    // A new leader (another broker, or this one after a restart).
+    p.hold_load.store(true, Ordering::SeqCst);
+    let rt = runtime(&p);
+    rt.schedule_load(tp(), 1);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        increment(&rt, "a").await.unwrap_err().code(),
+        ErrorCode::CoordinatorLoadInProgress
+    );
+    p.hold_load.store(false, Ordering::SeqCst);
+    loaded(&rt).await;
+    assert_eq!(committed(&rt, "a").await, Some(5));
+    assert_eq!(committed(&rt, "b").await, None, "the tombstone removed it");
+    assert_eq!(increment(&rt, "a").await, Ok(6));
+    assert_eq!(
+        p.log.lock().len(),
+        8,
+        "appends continue after the loaded log"
+    );
+}
+
+#[tokio::test]
+async fn unloading_answers_not_coordinator_to_pending_and_later_requests() {
+    let p = Arc::new(MemPartition::default());
+    let rt = runtime(&p);
+    assert_eq!(
+        increment(&rt, "a").await.unwrap_err().code(),
+        ErrorCode::NotCoordinator,
+        "never loaded"
+    );
+    rt.schedule_load(tp(), 4);
+    loaded(&rt).await;
+    let rt2 = rt.clone();
+    let pending = tokio::spawn(async move { increment(&rt2, "a").await });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // An older epoch's resignation does not unload the newer shard.
+    rt.schedule_unload(&tp(), Some(3));
+    assert!(rt.partitions().iter().any(|(t, _)| *t == tp()));
+    rt.schedule_unload(&tp(), Some(4));
+    assert_eq!(
+        pending.await.unwrap().unwrap_err().code(),
+        ErrorCode::NotCoordinator
+    );
+    assert_eq!(
+        increment(&rt, "a").await.unwrap_err().code(),
+        ErrorCode::NotCoordinator
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timer_is_a_write_of_its_partition() {
+    let p = Arc::new(MemPartition::default());
+    p.auto_hw.store(true, Ordering::SeqCst);
+    let rt = runtime(&p);
+    rt.schedule_load(tp(), 0);
+    // Paused time: let the blocking load finish in real time.
+    for _ in 0..2000 {
+        if rt.partitions().iter().any(|(_, ok)| *ok) {
+            break;
+        }
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let timer = rt.schedule_write_after(
+        tp(),
+        Duration::from_secs(45),
+        |_s: &mut Counters, _: &WriteContext| {
+            Ok(WriteResult {
+                records: vec![Set("expired".into(), Some(1))],
+                response: (),
+            })
+        },
+    );
+    tokio::time::sleep(Duration::from_secs(44)).await;
+    assert!(p.log.lock().is_empty(), "not before its delay");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    timer.await.unwrap();
+    assert_eq!(committed(&rt, "expired").await, Some(1));
+}
