@@ -1,0 +1,97 @@
+//! The `roundrobin` assignor (kafka-clients' `RoundRobinAssignor`): every subscribed partition,
+//! topics in name order and partitions in id order, is dealt to the members in turn (static
+//! members first by instance id, then dynamic ones by member id), skipping a member that is not
+//! subscribed to the partition's topic. With identical subscriptions the members' counts differ
+//! by at most one.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::range::{java_member_order, member_order};
+use super::{Assignment, AssignorError, Cluster, PartitionAssignor, Subscription, TopicPartition};
+
+/// `RoundRobinAssignor`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RoundRobinAssignor;
+
+/// A topic name ordered as Java's `TreeSet<String>` orders it (UTF-16 code units).
+#[derive(PartialEq, Eq)]
+struct JavaString<'a>(&'a str);
+
+impl PartialOrd for JavaString<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for JavaString<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        super::java_order::compare(self.0, other.0)
+    }
+}
+
+impl PartitionAssignor for RoundRobinAssignor {
+    fn name(&self) -> &'static str {
+        "roundrobin"
+    }
+
+    fn assign(
+        &self,
+        cluster: &Cluster,
+        subscriptions: &BTreeMap<String, Subscription>,
+    ) -> Result<BTreeMap<String, Assignment>, AssignorError> {
+        if subscriptions.is_empty() {
+            // Java's CircularIterator refuses an empty member list.
+            return Err(AssignorError::InvalidInput(
+                "round robin assignment needs at least one member".into(),
+            ));
+        }
+        // Java sorts the members as its HashMap lists them; the sort is stable, which matters
+        // only for two members claiming one group.instance.id.
+        let mut members: Vec<(&str, Option<&str>)> = java_member_order(subscriptions)
+            .into_iter()
+            .map(|m| (m, subscriptions[m].group_instance_id.as_deref()))
+            .collect();
+        members.sort_by(|a, b| member_order(*a, *b));
+
+        let topics: BTreeSet<JavaString> = subscriptions
+            .values()
+            .flat_map(|s| s.topics.iter().map(|t| JavaString(t)))
+            .collect();
+
+        let mut assignment: BTreeMap<String, Vec<TopicPartition>> = subscriptions
+            .keys()
+            .map(|m| (m.clone(), Vec::new()))
+            .collect();
+        let mut next = 0;
+        for JavaString(topic) in topics {
+            // Java deals partitions 0..count, whatever ids the metadata lists.
+            let count = cluster.partition_count(topic).unwrap_or(0);
+            for partition in 0..count {
+                // Some member subscribes to `topic` (it came from a subscription), so this ends.
+                while !subscriptions[members[next].0]
+                    .topics
+                    .iter()
+                    .any(|t| t == topic)
+                {
+                    next = (next + 1) % members.len();
+                }
+                if let Some(list) = assignment.get_mut(members[next].0) {
+                    list.push(TopicPartition::new(topic, partition as i32));
+                }
+                next = (next + 1) % members.len();
+            }
+        }
+        Ok(assignment
+            .into_iter()
+            .map(|(m, partitions)| {
+                (
+                    m,
+                    Assignment {
+                        partitions,
+                        user_data: None,
+                    },
+                )
+            })
+            .collect())
+    }
+}
