@@ -322,3 +322,131 @@ impl PartitionAssignor for RangeAssignor {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::assignor::PartitionInfo;
+
+    fn member(topics: &[&str]) -> Subscription {
+        Subscription {
+            topics: topics.iter().map(|t| t.to_string()).collect(),
+            generation_id: -1,
+            ..Default::default()
+        }
+    }
+
+    fn run(
+        cluster: &Cluster,
+        subs: &[(&str, Subscription)],
+    ) -> BTreeMap<String, Vec<(String, i32)>> {
+        let subs: BTreeMap<String, Subscription> = subs
+            .iter()
+            .map(|(m, s)| (m.to_string(), s.clone()))
+            .collect();
+        RangeAssignor
+            .assign(cluster, &subs)
+            .expect("assign")
+            .into_iter()
+            .map(|(m, a)| {
+                (
+                    m,
+                    a.partitions
+                        .into_iter()
+                        .map(|tp| (tp.topic, tp.partition))
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    fn tps(topic: &str, ids: impl IntoIterator<Item = i32>) -> Vec<(String, i32)> {
+        ids.into_iter().map(|p| (topic.to_string(), p)).collect()
+    }
+
+    fn three_consumers() -> Vec<(&'static str, Subscription)> {
+        ["C1-0", "C2-0", "C2-1"]
+            .into_iter()
+            .map(|m| (m, member(&["t1", "t2"])))
+            .collect()
+    }
+
+    #[test]
+    fn ten_partitions_over_three_consumers() {
+        let a = run(&Cluster::from_counts([("t1", 10)]), &three_consumers());
+        assert_eq!(a["C1-0"], tps("t1", 0..4));
+        assert_eq!(a["C2-0"], tps("t1", 4..7));
+        assert_eq!(a["C2-1"], tps("t1", 7..10));
+    }
+
+    #[test]
+    fn eleven_partitions_over_three_consumers() {
+        let a = run(&Cluster::from_counts([("t1", 11)]), &three_consumers());
+        assert_eq!(a["C1-0"], tps("t1", 0..4));
+        assert_eq!(a["C2-0"], tps("t1", 4..8));
+        assert_eq!(a["C2-1"], tps("t1", 8..11));
+    }
+
+    #[test]
+    fn two_topics_of_ten_give_each_member_the_same_range_of_both() {
+        let a = run(
+            &Cluster::from_counts([("t1", 10), ("t2", 10)]),
+            &three_consumers(),
+        );
+        // Java's HashMap lists "t1" (bucket 13) before "t2" (bucket 14).
+        let both = |r: std::ops::Range<i32>| [tps("t1", r.clone()), tps("t2", r)].concat();
+        assert_eq!(a["C1-0"], both(0..4));
+        assert_eq!(a["C2-0"], both(4..7));
+        assert_eq!(a["C2-1"], both(7..10));
+    }
+
+    #[test]
+    fn static_members_come_first_by_instance_id() {
+        // Checked against Java: t1 goes c (i1), b (i2), a; t2 goes b, a.
+        let mut b = member(&["t2", "t1"]);
+        b.group_instance_id = Some("i2".into());
+        let mut c = member(&["t1"]);
+        c.group_instance_id = Some("i1".into());
+        let a = run(
+            &Cluster::from_counts([("t1", 3), ("t2", 3)]),
+            &[("a", member(&["t1", "t2"])), ("b", b), ("c", c)],
+        );
+        assert_eq!(a["c"], tps("t1", [0]));
+        assert_eq!(a["b"], [tps("t1", [1]), tps("t2", [0, 1])].concat());
+        assert_eq!(a["a"], [tps("t1", [2]), tps("t2", [2])].concat());
+    }
+
+    #[test]
+    fn rack_aware_gives_members_partitions_in_their_rack() {
+        // Checked against Java: without racks c1 would get 0-2 and c2 3-5.
+        let cluster = Cluster {
+            topics: [(
+                "t".to_string(),
+                (0..6)
+                    .map(|partition| PartitionInfo {
+                        partition,
+                        replica_racks: vec![if partition % 2 == 0 { "a" } else { "b" }.into()],
+                    })
+                    .collect(),
+            )]
+            .into(),
+        };
+        let mut c1 = member(&["t"]);
+        c1.rack_id = Some("a".into());
+        let mut c2 = member(&["t"]);
+        c2.rack_id = Some("b".into());
+        let a = run(&cluster, &[("c1", c1), ("c2", c2)]);
+        assert_eq!(a["c1"], tps("t", [0, 2, 4]));
+        assert_eq!(a["c2"], tps("t", [1, 3, 5]));
+    }
+
+    #[test]
+    fn topics_without_metadata_are_skipped_and_every_member_is_listed() {
+        let a = run(
+            &Cluster::from_counts([("t1", 2)]),
+            &[("m1", member(&["t1", "gone"])), ("m2", member(&["gone"]))],
+        );
+        assert_eq!(a["m1"], tps("t1", 0..2));
+        assert_eq!(a["m2"], vec![]);
+    }
+}

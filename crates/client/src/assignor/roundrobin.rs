@@ -95,3 +95,82 @@ impl PartitionAssignor for RoundRobinAssignor {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subs(members: &[(&str, &[&str])]) -> BTreeMap<String, Subscription> {
+        members
+            .iter()
+            .map(|(m, topics)| {
+                (
+                    m.to_string(),
+                    Subscription {
+                        topics: topics.iter().map(|t| t.to_string()).collect(),
+                        generation_id: -1,
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn names(a: &Assignment) -> Vec<String> {
+        a.partitions
+            .iter()
+            .map(|tp| format!("{}-{}", tp.topic, tp.partition))
+            .collect()
+    }
+
+    #[test]
+    fn identical_subscriptions_are_dealt_in_turn() {
+        let cluster = Cluster::from_counts([("t0", 3), ("t1", 3)]);
+        let a = RoundRobinAssignor
+            .assign(
+                &cluster,
+                &subs(&[("C0", &["t0", "t1"]), ("C1", &["t1", "t0"])]),
+            )
+            .expect("assign");
+        assert_eq!(names(&a["C0"]), ["t0-0", "t0-2", "t1-1"]);
+        assert_eq!(names(&a["C1"]), ["t0-1", "t1-0", "t1-2"]);
+    }
+
+    #[test]
+    fn members_not_subscribed_are_skipped() {
+        // The example of Java's documentation, checked against Java.
+        let cluster = Cluster::from_counts([("t0", 1), ("t1", 2), ("t2", 3)]);
+        let a = RoundRobinAssignor
+            .assign(
+                &cluster,
+                &subs(&[
+                    ("C0", &["t0"]),
+                    ("C1", &["t0", "t1"]),
+                    ("C2", &["t0", "t1", "t2"]),
+                ]),
+            )
+            .expect("assign");
+        assert_eq!(names(&a["C0"]), ["t0-0"]);
+        assert_eq!(names(&a["C1"]), ["t1-0"]);
+        assert_eq!(names(&a["C2"]), ["t1-1", "t2-0", "t2-1", "t2-2"]);
+    }
+
+    #[test]
+    fn an_empty_group_is_an_error_as_in_java() {
+        let r = RoundRobinAssignor.assign(&Cluster::default(), &BTreeMap::new());
+        assert!(matches!(r, Err(AssignorError::InvalidInput(_))));
+    }
+
+    #[test]
+    fn by_name_knows_both() {
+        assert_eq!(
+            super::super::by_name("roundrobin").map(|a| a.name()),
+            Some("roundrobin")
+        );
+        assert_eq!(
+            super::super::by_name("range").map(|a| a.name()),
+            Some("range")
+        );
+        assert!(super::super::by_name("nope").is_none());
+    }
+}
