@@ -16,6 +16,20 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
+mod java_order;
+pub mod range;
+pub mod roundrobin;
+
+/// The assignor whose protocol name (the `partition.assignment.strategy` short name sent in
+/// JoinGroup) is `name`, or `None` when Strom has none of that name.
+pub fn by_name(name: &str) -> Option<Box<dyn PartitionAssignor>> {
+    match name {
+        "range" => Some(Box::new(range::RangeAssignor)),
+        "roundrobin" => Some(Box::new(roundrobin::RoundRobinAssignor)),
+        _ => None,
+    }
+}
+
 /// A topic partition (Java's `TopicPartition`), ordered by topic then partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TopicPartition {
