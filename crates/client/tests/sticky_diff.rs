@@ -93,7 +93,7 @@ const RACKS: [&str; 4] = ["r0", "r1", "r2", "r3"];
 fn random_cluster(rng: &mut StdRng, with_racks: bool) -> Cluster {
     let mut cluster = Cluster::default();
     for t in 0..rng.random_range(1..=4) {
-        let n = rng.random_range(1..=8);
+        let n = rng.random_range(1..=20);
         cluster.topics.insert(
             format!("topic-{t}"),
             (0..n).map(|p| partition(rng, p, with_racks)).collect(),
@@ -203,7 +203,7 @@ fn sticky_assignors_match_kafka() {
     let (mut compared, mut non_empty, mut with_owned, mut errors) =
         (0usize, 0usize, 0usize, 0usize);
     let (mut general, mut rack_cases) = (0usize, 0usize);
-    for case in 0..1200 {
+    for case in 0..2000 {
         let cooperative = rng.random_bool(0.5);
         let name = if cooperative {
             "cooperative-sticky"
@@ -223,7 +223,7 @@ fn sticky_assignors_match_kafka() {
         } else {
             same
         };
-        let mut subs: BTreeMap<String, Subscription> = (0..rng.random_range(1..=6))
+        let mut subs: BTreeMap<String, Subscription> = (0..rng.random_range(1..=12))
             .map(|_| {
                 (
                     member_id(&mut rng),
