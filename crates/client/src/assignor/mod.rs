@@ -12,6 +12,8 @@
 //! order (a `HashMap` of member ids, for instance), the assignor reproduces Java's order
 //! explicitly rather than relying on this map's.
 
+pub mod sticky;
+
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
