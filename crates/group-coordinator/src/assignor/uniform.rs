@@ -42,8 +42,9 @@ impl ConsumerGroupPartitionAssignor for UniformAssignor {
 /// Kafka's `UniformHomogeneousAssignmentBuilder`, for a non-empty group whose members all
 /// subscribe to the same topics.
 ///
-/// Every member gets a quota (`total / members`, the first `total % members` members in
-/// member order one more). A member keeps its current partitions of subscribed topics up to its
+/// Every member gets a quota of `total / members`; `total % members` of them one more: in member
+/// order, each member takes an extra unless it holds fewer than its quota with one and later
+/// members can still take all remaining extras. A member keeps its current partitions of subscribed topics up to its
 /// quota (topics and partitions in ascending order); the rest are revoked. Then the members below
 /// quota, in member order, take partitions from one list: first the partitions nobody owns (topics
 /// in Java `HashSet` order, partitions ascending), then the revoked ones in revocation order.
@@ -81,11 +82,15 @@ fn assign_homogeneous(
     let mut target = GroupAssignment::default();
     // Members below quota after revocation, with how many partitions they still take.
     let mut unfilled: Vec<(&String, i64)> = Vec::new();
-    for (member_id, member) in group.members() {
+    for (index, (member_id, member)) in group.members().iter().enumerate() {
         let mut quota = min_quota;
+        // Tentatively one of the extra partitions; given up below if this member cannot fill it
+        // from what it keeps and enough members remain to take the extras (Kafka 4.4 gives the
+        // extras to members that already hold them, which moves fewer partitions).
+        let mut takes_extra = false;
         if extra_left > 0 {
             quota += 1;
-            extra_left -= 1;
+            takes_extra = true;
         }
         let mut kept = member.assignment.clone();
         for (topic_id, partitions) in &member.assignment {
@@ -117,8 +122,16 @@ fn assign_homogeneous(
         // Kafka keeps an empty partition set given as input as it is; Strom never hands out
         // empty sets, so drop them.
         kept.retain(|_, partitions| !partitions.is_empty());
+        let members_left = num_members - index as i64;
+        if quota > 0 && takes_extra && members_left > extra_left {
+            quota -= 1;
+            takes_extra = false;
+        }
         if quota > 0 {
             unfilled.push((member_id, quota));
+        }
+        if takes_extra {
+            extra_left -= 1;
         }
         target.members.insert(member_id.clone(), kept);
     }
@@ -168,7 +181,7 @@ mod tests {
     }
 
     #[test]
-    fn fresh_group_takes_partitions_in_order() {
+    fn fresh_group_gives_extras_to_later_members() {
         let t = Uuid::from_u128(7);
         let members: BTreeMap<_, _> = ["a", "b", "c"]
             .iter()
@@ -176,9 +189,10 @@ mod tests {
             .collect();
         let group = GroupSpec::new(members).unwrap();
         let got = UniformAssignor.assign(&group, &one_topic(t, 5)).unwrap();
-        assert_eq!(got.members["a"], [(t, [0, 1].into())].into());
-        assert_eq!(got.members["b"], [(t, [2, 3].into())].into());
-        assert_eq!(got.members["c"], [(t, [4].into())].into());
+        // 5 = 1 + 2 + 2: a holds nothing, so it leaves the two extras to b and c.
+        assert_eq!(got.members["a"], [(t, [0].into())].into());
+        assert_eq!(got.members["b"], [(t, [1, 2].into())].into());
+        assert_eq!(got.members["c"], [(t, [3, 4].into())].into());
     }
 
     #[test]
