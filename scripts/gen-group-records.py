@@ -379,7 +379,52 @@ def gen_struct(name, fields_json, flexible, out, top=None):
     out.append("        }")
     out.append("        Ok(this)")
     out.append("    }")
+    out.append("")
+    out.append("    /// A random instance valid at `version` (for the differential tests).")
+    out.append("    #[cfg(test)]")
+    out.append("    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {")
+    out.append(f"        let flexible = {flex};")
+    out.append("        let mut this = Self::default();")
+    for f in fields:
+        out.append(f"        if {f.versions.cond()} {{")
+        val = rand_value(f)
+        if f.any_nullable:
+            out.append(f"            this.{f.rust} = if ({f.nullable.cond()}) && r() % 4 == 0 {{ None }} else {{ Some({val}) }};")
+        else:
+            out.append(f"            this.{f.rust} = {val};")
+        out.append("        }")
+    out.append("        if flexible && r() % 8 == 0 {")
+    out.append("            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();")
+    out.append("            this.unknown_tagged_fields.push(RawTaggedField { tag: 20 + (r() % 5) as u32, data: Bytes::from(data) });")
+    out.append("        }")
+    out.append("        this")
+    out.append("    }")
     out.append("}")
+
+
+def rand_elem(f):
+    e = f.elem
+    if e in PRIMS:
+        t = PRIMS[e][0]
+        if t == "f64":
+            return "(r() % 1000) as f64 / 8.0"
+        # Mostly small numbers, sometimes anything.
+        return f"(if r() % 2 == 0 {{ (r() % 10) as {t} }} else {{ r() as {t} }})"
+    if e == "bool":
+        return "r() % 2 == 0"
+    if e == "uuid":
+        return "Uuid::from_u64_pair(r(), r())"
+    if e == "string":
+        return "crate::records::tests::random_string(r)"
+    if e == "bytes":
+        return "Bytes::from((0..r() % 6).map(|_| r() as u8).collect::<Vec<u8>>())"
+    return f"{e}::random(r, version)"
+
+
+def rand_value(f):
+    if f.is_array:
+        return f"(0..r() % 4).map(|_| {rand_elem(f)}).collect::<Vec<_>>()"
+    return rand_elem(f)
 
 
 def main():
@@ -421,6 +466,29 @@ def main():
     out.append("        match self {")
     for rec, k in enum_rows:
         out.append(f"            Self::{rec}(..) => {k},")
+    out.append("        }")
+    out.append("    }")
+    out.append("")
+    out.append("    /// The schema's name without `Key`/`Value` (Kafka's generated class names).")
+    out.append("    pub fn schema_name(&self) -> &'static str {")
+    out.append("        match self {")
+    for rec, k in enum_rows:
+        out.append(f"            Self::{rec}(..) => \"{rec}\",")
+    out.append("        }")
+    out.append("    }")
+    out.append("")
+    out.append("    /// A random record of a random type and value version, sometimes a tombstone.")
+    out.append("    #[cfg(test)]")
+    out.append("    pub(crate) fn random(r: &mut dyn FnMut() -> u64) -> Self {")
+    out.append(f"        match r() % {len(enum_rows)} {{")
+    for i, (rec, k) in enumerate(enum_rows):
+        arm = "_" if i == len(enum_rows) - 1 else str(i)
+        out.append(f"            {arm} => {{")
+        out.append(f"                let span = ({rec}Value::HIGHEST_VERSION - {rec}Value::LOWEST_VERSION + 1) as u64;")
+        out.append(f"                let v = {rec}Value::LOWEST_VERSION + (r() % span) as i16;")
+        out.append(f"                let value = if r() % 8 == 0 {{ None }} else {{ Some((v, {rec}Value::random(r, v))) }};")
+        out.append(f"                Self::{rec}({rec}Key::random(r, 0), value)")
+        out.append("            }")
     out.append("        }")
     out.append("    }")
     out.append("")

@@ -111,6 +111,34 @@ impl LegacyOffsetCommitKey {
         }
         Ok(this)
     }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = false;
+        let mut this = Self::default();
+        if version <= 0 {
+            this.group = crate::records::tests::random_string(r);
+        }
+        if version <= 0 {
+            this.topic = crate::records::tests::random_string(r);
+        }
+        if version <= 0 {
+            this.partition = (if r() % 2 == 0 {
+                (r() % 10) as i32
+            } else {
+                r() as i32
+            });
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
+    }
 }
 
 /// `LegacyOffsetCommitValue` (record type 0, versions 0).
@@ -209,6 +237,38 @@ impl LegacyOffsetCommitValue {
         }
         Ok(this)
     }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = false;
+        let mut this = Self::default();
+        if version <= 0 {
+            this.offset = (if r() % 2 == 0 {
+                (r() % 10) as i64
+            } else {
+                r() as i64
+            });
+        }
+        if version <= 0 {
+            this.metadata = crate::records::tests::random_string(r);
+        }
+        if version <= 0 {
+            this.commit_timestamp = (if r() % 2 == 0 {
+                (r() % 10) as i64
+            } else {
+                r() as i64
+            });
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
+    }
 }
 
 /// `OffsetCommitKey` (record type 1, versions 0).
@@ -306,6 +366,34 @@ impl OffsetCommitKey {
             }
         }
         Ok(this)
+    }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = false;
+        let mut this = Self::default();
+        if version <= 0 {
+            this.group = crate::records::tests::random_string(r);
+        }
+        if version <= 0 {
+            this.topic = crate::records::tests::random_string(r);
+        }
+        if version <= 0 {
+            this.partition = (if r() % 2 == 0 {
+                (r() % 10) as i32
+            } else {
+                r() as i32
+            });
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
     }
 }
 
@@ -454,6 +542,55 @@ impl OffsetCommitValue {
         }
         Ok(this)
     }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = version >= 4;
+        let mut this = Self::default();
+        if true {
+            this.offset = (if r() % 2 == 0 {
+                (r() % 10) as i64
+            } else {
+                r() as i64
+            });
+        }
+        if version >= 3 {
+            this.leader_epoch = (if r() % 2 == 0 {
+                (r() % 10) as i32
+            } else {
+                r() as i32
+            });
+        }
+        if true {
+            this.metadata = crate::records::tests::random_string(r);
+        }
+        if true {
+            this.commit_timestamp = (if r() % 2 == 0 {
+                (r() % 10) as i64
+            } else {
+                r() as i64
+            });
+        }
+        if version >= 1 && version <= 1 {
+            this.expire_timestamp = (if r() % 2 == 0 {
+                (r() % 10) as i64
+            } else {
+                r() as i64
+            });
+        }
+        if version >= 4 {
+            this.topic_id = Uuid::from_u64_pair(r(), r());
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
+    }
 }
 
 /// `GroupMetadataKey` (record type 2, versions 0).
@@ -523,6 +660,24 @@ impl GroupMetadataKey {
             }
         }
         Ok(this)
+    }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = false;
+        let mut this = Self::default();
+        if version <= 0 {
+            this.group = crate::records::tests::random_string(r);
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
     }
 }
 
@@ -692,6 +847,57 @@ impl MemberMetadata {
         }
         Ok(this)
     }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = version >= 4;
+        let mut this = Self::default();
+        if true {
+            this.member_id = crate::records::tests::random_string(r);
+        }
+        if version >= 3 {
+            this.group_instance_id = if (version >= 3) && r() % 4 == 0 {
+                None
+            } else {
+                Some(crate::records::tests::random_string(r))
+            };
+        }
+        if true {
+            this.client_id = crate::records::tests::random_string(r);
+        }
+        if true {
+            this.client_host = crate::records::tests::random_string(r);
+        }
+        if version >= 1 {
+            this.rebalance_timeout = (if r() % 2 == 0 {
+                (r() % 10) as i32
+            } else {
+                r() as i32
+            });
+        }
+        if true {
+            this.session_timeout = (if r() % 2 == 0 {
+                (r() % 10) as i32
+            } else {
+                r() as i32
+            });
+        }
+        if true {
+            this.subscription = Bytes::from((0..r() % 6).map(|_| r() as u8).collect::<Vec<u8>>());
+        }
+        if true {
+            this.assignment = Bytes::from((0..r() % 6).map(|_| r() as u8).collect::<Vec<u8>>());
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
+    }
 }
 
 /// `GroupMetadataValue` (record type 2, versions 0-4).
@@ -860,6 +1066,57 @@ impl GroupMetadataValue {
         }
         Ok(this)
     }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = version >= 4;
+        let mut this = Self::default();
+        if true {
+            this.protocol_type = crate::records::tests::random_string(r);
+        }
+        if true {
+            this.generation = (if r() % 2 == 0 {
+                (r() % 10) as i32
+            } else {
+                r() as i32
+            });
+        }
+        if true {
+            this.protocol = if (true) && r() % 4 == 0 {
+                None
+            } else {
+                Some(crate::records::tests::random_string(r))
+            };
+        }
+        if true {
+            this.leader = if (true) && r() % 4 == 0 {
+                None
+            } else {
+                Some(crate::records::tests::random_string(r))
+            };
+        }
+        if version >= 2 {
+            this.current_state_timestamp = (if r() % 2 == 0 {
+                (r() % 10) as i64
+            } else {
+                r() as i64
+            });
+        }
+        if true {
+            this.members = (0..r() % 4)
+                .map(|_| MemberMetadata::random(r, version))
+                .collect::<Vec<_>>();
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
+    }
 }
 
 /// `ConsumerGroupMetadataKey` (record type 3, versions 0).
@@ -929,6 +1186,24 @@ impl ConsumerGroupMetadataKey {
             }
         }
         Ok(this)
+    }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = false;
+        let mut this = Self::default();
+        if version <= 0 {
+            this.group_id = crate::records::tests::random_string(r);
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
     }
 }
 
@@ -1027,6 +1302,35 @@ impl ConsumerGroupMetadataValue {
         }
         Ok(this)
     }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = true;
+        let mut this = Self::default();
+        if true {
+            this.epoch = (if r() % 2 == 0 {
+                (r() % 10) as i32
+            } else {
+                r() as i32
+            });
+        }
+        if true {
+            this.metadata_hash = (if r() % 2 == 0 {
+                (r() % 10) as i64
+            } else {
+                r() as i64
+            });
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
+    }
 }
 
 /// `ConsumerGroupPartitionMetadataKey` (record type 4, versions 0).
@@ -1096,6 +1400,24 @@ impl ConsumerGroupPartitionMetadataKey {
             }
         }
         Ok(this)
+    }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = false;
+        let mut this = Self::default();
+        if version <= 0 {
+            this.group_id = crate::records::tests::random_string(r);
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
     }
 }
 
@@ -1185,6 +1507,33 @@ impl PartitionMetadata {
             }
         }
         Ok(this)
+    }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = true;
+        let mut this = Self::default();
+        if true {
+            this.partition = (if r() % 2 == 0 {
+                (r() % 10) as i32
+            } else {
+                r() as i32
+            });
+        }
+        if true {
+            this.racks = (0..r() % 4)
+                .map(|_| crate::records::tests::random_string(r))
+                .collect::<Vec<_>>();
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
     }
 }
 
@@ -1303,6 +1652,39 @@ impl TopicMetadata {
         }
         Ok(this)
     }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = true;
+        let mut this = Self::default();
+        if true {
+            this.topic_id = Uuid::from_u64_pair(r(), r());
+        }
+        if true {
+            this.topic_name = crate::records::tests::random_string(r);
+        }
+        if true {
+            this.num_partitions = (if r() % 2 == 0 {
+                (r() % 10) as i32
+            } else {
+                r() as i32
+            });
+        }
+        if true {
+            this.partition_metadata = (0..r() % 4)
+                .map(|_| PartitionMetadata::random(r, version))
+                .collect::<Vec<_>>();
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
+    }
 }
 
 /// `ConsumerGroupPartitionMetadataValue` (record type 4, versions 0).
@@ -1384,6 +1766,26 @@ impl ConsumerGroupPartitionMetadataValue {
             }
         }
         Ok(this)
+    }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = true;
+        let mut this = Self::default();
+        if true {
+            this.topics = (0..r() % 4)
+                .map(|_| TopicMetadata::random(r, version))
+                .collect::<Vec<_>>();
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
     }
 }
 
@@ -1469,6 +1871,27 @@ impl ConsumerGroupMemberMetadataKey {
         }
         Ok(this)
     }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = false;
+        let mut this = Self::default();
+        if version <= 0 {
+            this.group_id = crate::records::tests::random_string(r);
+        }
+        if version <= 0 {
+            this.member_id = crate::records::tests::random_string(r);
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
+    }
 }
 
 /// `ClassicProtocol`, a struct inside a record.
@@ -1545,6 +1968,27 @@ impl ClassicProtocol {
             }
         }
         Ok(this)
+    }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = true;
+        let mut this = Self::default();
+        if true {
+            this.name = crate::records::tests::random_string(r);
+        }
+        if true {
+            this.metadata = Bytes::from((0..r() % 6).map(|_| r() as u8).collect::<Vec<u8>>());
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
     }
 }
 
@@ -1634,6 +2078,33 @@ impl ClassicMemberMetadata {
             }
         }
         Ok(this)
+    }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = true;
+        let mut this = Self::default();
+        if true {
+            this.session_timeout_ms = (if r() % 2 == 0 {
+                (r() % 10) as i32
+            } else {
+                r() as i32
+            });
+        }
+        if true {
+            this.supported_protocols = (0..r() % 4)
+                .map(|_| ClassicProtocol::random(r, version))
+                .collect::<Vec<_>>();
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
     }
 }
 
@@ -1928,6 +2399,74 @@ impl ConsumerGroupMemberMetadataValue {
         }
         Ok(this)
     }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = true;
+        let mut this = Self::default();
+        if true {
+            this.instance_id = if (true) && r() % 4 == 0 {
+                None
+            } else {
+                Some(crate::records::tests::random_string(r))
+            };
+        }
+        if true {
+            this.rack_id = if (true) && r() % 4 == 0 {
+                None
+            } else {
+                Some(crate::records::tests::random_string(r))
+            };
+        }
+        if true {
+            this.client_id = crate::records::tests::random_string(r);
+        }
+        if true {
+            this.client_host = crate::records::tests::random_string(r);
+        }
+        if true {
+            this.subscribed_topic_names = (0..r() % 4)
+                .map(|_| crate::records::tests::random_string(r))
+                .collect::<Vec<_>>();
+        }
+        if true {
+            this.subscribed_topic_regex = if (true) && r() % 4 == 0 {
+                None
+            } else {
+                Some(crate::records::tests::random_string(r))
+            };
+        }
+        if true {
+            this.rebalance_timeout_ms = (if r() % 2 == 0 {
+                (r() % 10) as i32
+            } else {
+                r() as i32
+            });
+        }
+        if true {
+            this.server_assignor = if (true) && r() % 4 == 0 {
+                None
+            } else {
+                Some(crate::records::tests::random_string(r))
+            };
+        }
+        if true {
+            this.classic_member_metadata = if (true) && r() % 4 == 0 {
+                None
+            } else {
+                Some(ClassicMemberMetadata::random(r, version))
+            };
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
+    }
 }
 
 /// `ConsumerGroupTargetAssignmentMetadataKey` (record type 6, versions 0).
@@ -1997,6 +2536,24 @@ impl ConsumerGroupTargetAssignmentMetadataKey {
             }
         }
         Ok(this)
+    }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = false;
+        let mut this = Self::default();
+        if version <= 0 {
+            this.group_id = crate::records::tests::random_string(r);
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
     }
 }
 
@@ -2093,6 +2650,35 @@ impl ConsumerGroupTargetAssignmentMetadataValue {
         }
         Ok(this)
     }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = true;
+        let mut this = Self::default();
+        if true {
+            this.assignment_epoch = (if r() % 2 == 0 {
+                (r() % 10) as i32
+            } else {
+                r() as i32
+            });
+        }
+        if true {
+            this.assignment_timestamp = (if r() % 2 == 0 {
+                (r() % 10) as i64
+            } else {
+                r() as i64
+            });
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
+    }
 }
 
 /// `ConsumerGroupTargetAssignmentMemberKey` (record type 7, versions 0).
@@ -2176,6 +2762,27 @@ impl ConsumerGroupTargetAssignmentMemberKey {
             }
         }
         Ok(this)
+    }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = false;
+        let mut this = Self::default();
+        if version <= 0 {
+            this.group_id = crate::records::tests::random_string(r);
+        }
+        if version <= 0 {
+            this.member_id = crate::records::tests::random_string(r);
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
     }
 }
 
@@ -2266,6 +2873,35 @@ impl TopicPartition {
         }
         Ok(this)
     }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = true;
+        let mut this = Self::default();
+        if true {
+            this.topic_id = Uuid::from_u64_pair(r(), r());
+        }
+        if true {
+            this.partitions = (0..r() % 4)
+                .map(|_| {
+                    (if r() % 2 == 0 {
+                        (r() % 10) as i32
+                    } else {
+                        r() as i32
+                    })
+                })
+                .collect::<Vec<_>>();
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
+    }
 }
 
 /// `ConsumerGroupTargetAssignmentMemberValue` (record type 7, versions 0).
@@ -2347,6 +2983,26 @@ impl ConsumerGroupTargetAssignmentMemberValue {
             }
         }
         Ok(this)
+    }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = true;
+        let mut this = Self::default();
+        if true {
+            this.topic_partitions = (0..r() % 4)
+                .map(|_| TopicPartition::random(r, version))
+                .collect::<Vec<_>>();
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
     }
 }
 
@@ -2431,6 +3087,27 @@ impl ConsumerGroupCurrentMemberAssignmentKey {
             }
         }
         Ok(this)
+    }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = false;
+        let mut this = Self::default();
+        if version <= 0 {
+            this.group_id = crate::records::tests::random_string(r);
+        }
+        if version <= 0 {
+            this.member_id = crate::records::tests::random_string(r);
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
     }
 }
 
@@ -2602,6 +3279,52 @@ impl TopicPartitions {
         }
         Ok(this)
     }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = true;
+        let mut this = Self::default();
+        if true {
+            this.topic_id = Uuid::from_u64_pair(r(), r());
+        }
+        if true {
+            this.partitions = (0..r() % 4)
+                .map(|_| {
+                    (if r() % 2 == 0 {
+                        (r() % 10) as i32
+                    } else {
+                        r() as i32
+                    })
+                })
+                .collect::<Vec<_>>();
+        }
+        if true {
+            this.assignment_epochs = if (true) && r() % 4 == 0 {
+                None
+            } else {
+                Some(
+                    (0..r() % 4)
+                        .map(|_| {
+                            (if r() % 2 == 0 {
+                                (r() % 10) as i32
+                            } else {
+                                r() as i32
+                            })
+                        })
+                        .collect::<Vec<_>>(),
+                )
+            };
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
+    }
 }
 
 /// `ConsumerGroupCurrentMemberAssignmentValue` (record type 8, versions 0).
@@ -2764,6 +3487,52 @@ impl ConsumerGroupCurrentMemberAssignmentValue {
         }
         Ok(this)
     }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = true;
+        let mut this = Self::default();
+        if true {
+            this.member_epoch = (if r() % 2 == 0 {
+                (r() % 10) as i32
+            } else {
+                r() as i32
+            });
+        }
+        if true {
+            this.previous_member_epoch = (if r() % 2 == 0 {
+                (r() % 10) as i32
+            } else {
+                r() as i32
+            });
+        }
+        if true {
+            this.state = (if r() % 2 == 0 {
+                (r() % 10) as i8
+            } else {
+                r() as i8
+            });
+        }
+        if true {
+            this.assigned_partitions = (0..r() % 4)
+                .map(|_| TopicPartitions::random(r, version))
+                .collect::<Vec<_>>();
+        }
+        if true {
+            this.partitions_pending_revocation = (0..r() % 4)
+                .map(|_| TopicPartitions::random(r, version))
+                .collect::<Vec<_>>();
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
+    }
 }
 
 /// `ConsumerGroupRegularExpressionKey` (record type 16, versions 0).
@@ -2847,6 +3616,27 @@ impl ConsumerGroupRegularExpressionKey {
             }
         }
         Ok(this)
+    }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = false;
+        let mut this = Self::default();
+        if version <= 0 {
+            this.group_id = crate::records::tests::random_string(r);
+        }
+        if version <= 0 {
+            this.regular_expression = crate::records::tests::random_string(r);
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
     }
 }
 
@@ -2958,6 +3748,40 @@ impl ConsumerGroupRegularExpressionValue {
         }
         Ok(this)
     }
+
+    /// A random instance valid at `version` (for the differential tests).
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
+        let flexible = true;
+        let mut this = Self::default();
+        if true {
+            this.topics = (0..r() % 4)
+                .map(|_| crate::records::tests::random_string(r))
+                .collect::<Vec<_>>();
+        }
+        if true {
+            this.version = (if r() % 2 == 0 {
+                (r() % 10) as i64
+            } else {
+                r() as i64
+            });
+        }
+        if true {
+            this.timestamp = (if r() % 2 == 0 {
+                (r() % 10) as i64
+            } else {
+                r() as i64
+            });
+        }
+        if flexible && r() % 8 == 0 {
+            let data: Vec<u8> = (0..r() % 4).map(|_| r() as u8).collect();
+            this.unknown_tagged_fields.push(RawTaggedField {
+                tag: 20 + (r() % 5) as u32,
+                data: Bytes::from(data),
+            });
+        }
+        this
+    }
 }
 
 /// One `__consumer_offsets` record: its key and, unless it is a tombstone, its value with
@@ -3024,6 +3848,173 @@ impl CoordinatorRecord {
             Self::ConsumerGroupTargetAssignmentMember(..) => 7,
             Self::ConsumerGroupCurrentMemberAssignment(..) => 8,
             Self::ConsumerGroupRegularExpression(..) => 16,
+        }
+    }
+
+    /// The schema's name without `Key`/`Value` (Kafka's generated class names).
+    pub fn schema_name(&self) -> &'static str {
+        match self {
+            Self::LegacyOffsetCommit(..) => "LegacyOffsetCommit",
+            Self::OffsetCommit(..) => "OffsetCommit",
+            Self::GroupMetadata(..) => "GroupMetadata",
+            Self::ConsumerGroupMetadata(..) => "ConsumerGroupMetadata",
+            Self::ConsumerGroupPartitionMetadata(..) => "ConsumerGroupPartitionMetadata",
+            Self::ConsumerGroupMemberMetadata(..) => "ConsumerGroupMemberMetadata",
+            Self::ConsumerGroupTargetAssignmentMetadata(..) => {
+                "ConsumerGroupTargetAssignmentMetadata"
+            }
+            Self::ConsumerGroupTargetAssignmentMember(..) => "ConsumerGroupTargetAssignmentMember",
+            Self::ConsumerGroupCurrentMemberAssignment(..) => {
+                "ConsumerGroupCurrentMemberAssignment"
+            }
+            Self::ConsumerGroupRegularExpression(..) => "ConsumerGroupRegularExpression",
+        }
+    }
+
+    /// A random record of a random type and value version, sometimes a tombstone.
+    #[cfg(test)]
+    pub(crate) fn random(r: &mut dyn FnMut() -> u64) -> Self {
+        match r() % 10 {
+            0 => {
+                let span = (LegacyOffsetCommitValue::HIGHEST_VERSION
+                    - LegacyOffsetCommitValue::LOWEST_VERSION
+                    + 1) as u64;
+                let v = LegacyOffsetCommitValue::LOWEST_VERSION + (r() % span) as i16;
+                let value = if r() % 8 == 0 {
+                    None
+                } else {
+                    Some((v, LegacyOffsetCommitValue::random(r, v)))
+                };
+                Self::LegacyOffsetCommit(LegacyOffsetCommitKey::random(r, 0), value)
+            }
+            1 => {
+                let span = (OffsetCommitValue::HIGHEST_VERSION - OffsetCommitValue::LOWEST_VERSION
+                    + 1) as u64;
+                let v = OffsetCommitValue::LOWEST_VERSION + (r() % span) as i16;
+                let value = if r() % 8 == 0 {
+                    None
+                } else {
+                    Some((v, OffsetCommitValue::random(r, v)))
+                };
+                Self::OffsetCommit(OffsetCommitKey::random(r, 0), value)
+            }
+            2 => {
+                let span = (GroupMetadataValue::HIGHEST_VERSION
+                    - GroupMetadataValue::LOWEST_VERSION
+                    + 1) as u64;
+                let v = GroupMetadataValue::LOWEST_VERSION + (r() % span) as i16;
+                let value = if r() % 8 == 0 {
+                    None
+                } else {
+                    Some((v, GroupMetadataValue::random(r, v)))
+                };
+                Self::GroupMetadata(GroupMetadataKey::random(r, 0), value)
+            }
+            3 => {
+                let span = (ConsumerGroupMetadataValue::HIGHEST_VERSION
+                    - ConsumerGroupMetadataValue::LOWEST_VERSION
+                    + 1) as u64;
+                let v = ConsumerGroupMetadataValue::LOWEST_VERSION + (r() % span) as i16;
+                let value = if r() % 8 == 0 {
+                    None
+                } else {
+                    Some((v, ConsumerGroupMetadataValue::random(r, v)))
+                };
+                Self::ConsumerGroupMetadata(ConsumerGroupMetadataKey::random(r, 0), value)
+            }
+            4 => {
+                let span = (ConsumerGroupPartitionMetadataValue::HIGHEST_VERSION
+                    - ConsumerGroupPartitionMetadataValue::LOWEST_VERSION
+                    + 1) as u64;
+                let v = ConsumerGroupPartitionMetadataValue::LOWEST_VERSION + (r() % span) as i16;
+                let value = if r() % 8 == 0 {
+                    None
+                } else {
+                    Some((v, ConsumerGroupPartitionMetadataValue::random(r, v)))
+                };
+                Self::ConsumerGroupPartitionMetadata(
+                    ConsumerGroupPartitionMetadataKey::random(r, 0),
+                    value,
+                )
+            }
+            5 => {
+                let span = (ConsumerGroupMemberMetadataValue::HIGHEST_VERSION
+                    - ConsumerGroupMemberMetadataValue::LOWEST_VERSION
+                    + 1) as u64;
+                let v = ConsumerGroupMemberMetadataValue::LOWEST_VERSION + (r() % span) as i16;
+                let value = if r() % 8 == 0 {
+                    None
+                } else {
+                    Some((v, ConsumerGroupMemberMetadataValue::random(r, v)))
+                };
+                Self::ConsumerGroupMemberMetadata(
+                    ConsumerGroupMemberMetadataKey::random(r, 0),
+                    value,
+                )
+            }
+            6 => {
+                let span = (ConsumerGroupTargetAssignmentMetadataValue::HIGHEST_VERSION
+                    - ConsumerGroupTargetAssignmentMetadataValue::LOWEST_VERSION
+                    + 1) as u64;
+                let v = ConsumerGroupTargetAssignmentMetadataValue::LOWEST_VERSION
+                    + (r() % span) as i16;
+                let value = if r() % 8 == 0 {
+                    None
+                } else {
+                    Some((v, ConsumerGroupTargetAssignmentMetadataValue::random(r, v)))
+                };
+                Self::ConsumerGroupTargetAssignmentMetadata(
+                    ConsumerGroupTargetAssignmentMetadataKey::random(r, 0),
+                    value,
+                )
+            }
+            7 => {
+                let span = (ConsumerGroupTargetAssignmentMemberValue::HIGHEST_VERSION
+                    - ConsumerGroupTargetAssignmentMemberValue::LOWEST_VERSION
+                    + 1) as u64;
+                let v =
+                    ConsumerGroupTargetAssignmentMemberValue::LOWEST_VERSION + (r() % span) as i16;
+                let value = if r() % 8 == 0 {
+                    None
+                } else {
+                    Some((v, ConsumerGroupTargetAssignmentMemberValue::random(r, v)))
+                };
+                Self::ConsumerGroupTargetAssignmentMember(
+                    ConsumerGroupTargetAssignmentMemberKey::random(r, 0),
+                    value,
+                )
+            }
+            8 => {
+                let span = (ConsumerGroupCurrentMemberAssignmentValue::HIGHEST_VERSION
+                    - ConsumerGroupCurrentMemberAssignmentValue::LOWEST_VERSION
+                    + 1) as u64;
+                let v =
+                    ConsumerGroupCurrentMemberAssignmentValue::LOWEST_VERSION + (r() % span) as i16;
+                let value = if r() % 8 == 0 {
+                    None
+                } else {
+                    Some((v, ConsumerGroupCurrentMemberAssignmentValue::random(r, v)))
+                };
+                Self::ConsumerGroupCurrentMemberAssignment(
+                    ConsumerGroupCurrentMemberAssignmentKey::random(r, 0),
+                    value,
+                )
+            }
+            _ => {
+                let span = (ConsumerGroupRegularExpressionValue::HIGHEST_VERSION
+                    - ConsumerGroupRegularExpressionValue::LOWEST_VERSION
+                    + 1) as u64;
+                let v = ConsumerGroupRegularExpressionValue::LOWEST_VERSION + (r() % span) as i16;
+                let value = if r() % 8 == 0 {
+                    None
+                } else {
+                    Some((v, ConsumerGroupRegularExpressionValue::random(r, v)))
+                };
+                Self::ConsumerGroupRegularExpression(
+                    ConsumerGroupRegularExpressionKey::random(r, 0),
+                    value,
+                )
+            }
         }
     }
 
