@@ -380,6 +380,19 @@ def gen_struct(name, fields_json, flexible, out, top=None):
     out.append("        Ok(this)")
     out.append("    }")
     out.append("")
+    out.append("    /// This struct at `version` as Kafka's generated JSON converter writes it.")
+    out.append("    pub fn to_json(&self, version: i16) -> String {")
+    out.append("        let mut parts: Vec<String> = Vec::new();")
+    for f in fields:
+        cond = f"({f.versions.cond()})"
+        if not f.tagged.empty():
+            cond += f" && (!({f.tagged.cond()}) || {f.non_default('self.' + f.rust)})"
+        out.append(f"        if {cond} {{")
+        out.append(f"            parts.push(format!(\"\\\"{f.name[0].lower() + f.name[1:]}\\\":{{}}\", {json_value(f, 'self.' + f.rust)}));")
+        out.append("        }")
+    out.append("        format!(\"{{{}}}\", parts.join(\",\"))")
+    out.append("    }")
+    out.append("")
     out.append("    /// A random instance valid at `version` (for the differential tests).")
     out.append("    #[cfg(test)]")
     out.append("    pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {")
@@ -400,6 +413,31 @@ def gen_struct(name, fields_json, flexible, out, top=None):
     out.append("        this")
     out.append("    }")
     out.append("}")
+
+
+def json_elem(f, x):
+    e = f.elem
+    if e in PRIMS:
+        return f"wire::json::f64(*{x})" if e == "float64" else f"{x}.to_string()"
+    if e == "bool":
+        return f"{x}.to_string()"
+    if e == "uuid":
+        return f"wire::json::uuid({x})"
+    if e == "string":
+        return f"wire::json::string({x})"
+    if e == "bytes":
+        return f"wire::json::bytes({x})"
+    return f"{x}.to_json(version)"
+
+
+def json_value(f, x):
+    if f.is_array:
+        inner = f"format!(\"[{{}}]\", v.iter().map(|e| {json_elem(f, 'e')}).collect::<Vec<_>>().join(\",\"))"
+    else:
+        inner = json_elem(f, "v")
+    if f.any_nullable:
+        return f"{x}.as_ref().map_or(String::from(\"null\"), |v| {inner})"
+    return f"{{ let v = &{x}; {inner} }}"
 
 
 def rand_elem(f):
@@ -474,6 +512,15 @@ def main():
     out.append("        match self {")
     for rec, k in enum_rows:
         out.append(f"            Self::{rec}(..) => \"{rec}\",")
+    out.append("        }")
+    out.append("    }")
+    out.append("")
+    out.append("    /// The key and (unless a tombstone) the value version and value, as JSON in the form of")
+    out.append("    /// Kafka's generated JSON converters.")
+    out.append("    pub fn to_json(&self) -> (String, Option<(i16, String)>) {")
+    out.append("        match self {")
+    for rec, k in enum_rows:
+        out.append(f"            Self::{rec}(k, v) => (k.to_json(0), v.as_ref().map(|(ver, m)| (*ver, m.to_json(*ver)))),")
     out.append("        }")
     out.append("    }")
     out.append("")

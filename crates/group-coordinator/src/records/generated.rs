@@ -112,6 +112,30 @@ impl LegacyOffsetCommitKey {
         Ok(this)
     }
 
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (version <= 0) {
+            parts.push(format!("\"group\":{}", {
+                let v = &self.group;
+                wire::json::string(v)
+            }));
+        }
+        if (version <= 0) {
+            parts.push(format!("\"topic\":{}", {
+                let v = &self.topic;
+                wire::json::string(v)
+            }));
+        }
+        if (version <= 0) {
+            parts.push(format!("\"partition\":{}", {
+                let v = &self.partition;
+                v.to_string()
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
+    }
+
     /// A random instance valid at `version` (for the differential tests).
     #[cfg(test)]
     pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
@@ -236,6 +260,30 @@ impl LegacyOffsetCommitValue {
             }
         }
         Ok(this)
+    }
+
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (version <= 0) {
+            parts.push(format!("\"offset\":{}", {
+                let v = &self.offset;
+                v.to_string()
+            }));
+        }
+        if (version <= 0) {
+            parts.push(format!("\"metadata\":{}", {
+                let v = &self.metadata;
+                wire::json::string(v)
+            }));
+        }
+        if (version <= 0) {
+            parts.push(format!("\"commitTimestamp\":{}", {
+                let v = &self.commit_timestamp;
+                v.to_string()
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
     }
 
     /// A random instance valid at `version` (for the differential tests).
@@ -366,6 +414,30 @@ impl OffsetCommitKey {
             }
         }
         Ok(this)
+    }
+
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (version <= 0) {
+            parts.push(format!("\"group\":{}", {
+                let v = &self.group;
+                wire::json::string(v)
+            }));
+        }
+        if (version <= 0) {
+            parts.push(format!("\"topic\":{}", {
+                let v = &self.topic;
+                wire::json::string(v)
+            }));
+        }
+        if (version <= 0) {
+            parts.push(format!("\"partition\":{}", {
+                let v = &self.partition;
+                v.to_string()
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
     }
 
     /// A random instance valid at `version` (for the differential tests).
@@ -543,6 +615,48 @@ impl OffsetCommitValue {
         Ok(this)
     }
 
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (true) {
+            parts.push(format!("\"offset\":{}", {
+                let v = &self.offset;
+                v.to_string()
+            }));
+        }
+        if (version >= 3) {
+            parts.push(format!("\"leaderEpoch\":{}", {
+                let v = &self.leader_epoch;
+                v.to_string()
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"metadata\":{}", {
+                let v = &self.metadata;
+                wire::json::string(v)
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"commitTimestamp\":{}", {
+                let v = &self.commit_timestamp;
+                v.to_string()
+            }));
+        }
+        if (version >= 1 && version <= 1) {
+            parts.push(format!("\"expireTimestamp\":{}", {
+                let v = &self.expire_timestamp;
+                v.to_string()
+            }));
+        }
+        if (version >= 4) && (!(version >= 4) || self.topic_id != Uuid::nil()) {
+            parts.push(format!("\"topicId\":{}", {
+                let v = &self.topic_id;
+                wire::json::uuid(v)
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
+    }
+
     /// A random instance valid at `version` (for the differential tests).
     #[cfg(test)]
     pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
@@ -660,6 +774,18 @@ impl GroupMetadataKey {
             }
         }
         Ok(this)
+    }
+
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (version <= 0) {
+            parts.push(format!("\"group\":{}", {
+                let v = &self.group;
+                wire::json::string(v)
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
     }
 
     /// A random instance valid at `version` (for the differential tests).
@@ -846,6 +972,62 @@ impl MemberMetadata {
             }
         }
         Ok(this)
+    }
+
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (true) {
+            parts.push(format!("\"memberId\":{}", {
+                let v = &self.member_id;
+                wire::json::string(v)
+            }));
+        }
+        if (version >= 3) {
+            parts.push(format!(
+                "\"groupInstanceId\":{}",
+                self.group_instance_id
+                    .as_ref()
+                    .map_or(String::from("null"), |v| wire::json::string(v))
+            ));
+        }
+        if (true) {
+            parts.push(format!("\"clientId\":{}", {
+                let v = &self.client_id;
+                wire::json::string(v)
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"clientHost\":{}", {
+                let v = &self.client_host;
+                wire::json::string(v)
+            }));
+        }
+        if (version >= 1) {
+            parts.push(format!("\"rebalanceTimeout\":{}", {
+                let v = &self.rebalance_timeout;
+                v.to_string()
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"sessionTimeout\":{}", {
+                let v = &self.session_timeout;
+                v.to_string()
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"subscription\":{}", {
+                let v = &self.subscription;
+                wire::json::bytes(v)
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"assignment\":{}", {
+                let v = &self.assignment;
+                wire::json::bytes(v)
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
     }
 
     /// A random instance valid at `version` (for the differential tests).
@@ -1067,6 +1249,58 @@ impl GroupMetadataValue {
         Ok(this)
     }
 
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (true) {
+            parts.push(format!("\"protocolType\":{}", {
+                let v = &self.protocol_type;
+                wire::json::string(v)
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"generation\":{}", {
+                let v = &self.generation;
+                v.to_string()
+            }));
+        }
+        if (true) {
+            parts.push(format!(
+                "\"protocol\":{}",
+                self.protocol
+                    .as_ref()
+                    .map_or(String::from("null"), |v| wire::json::string(v))
+            ));
+        }
+        if (true) {
+            parts.push(format!(
+                "\"leader\":{}",
+                self.leader
+                    .as_ref()
+                    .map_or(String::from("null"), |v| wire::json::string(v))
+            ));
+        }
+        if (version >= 2) {
+            parts.push(format!("\"currentStateTimestamp\":{}", {
+                let v = &self.current_state_timestamp;
+                v.to_string()
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"members\":{}", {
+                let v = &self.members;
+                format!(
+                    "[{}]",
+                    v.iter()
+                        .map(|e| e.to_json(version))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
+    }
+
     /// A random instance valid at `version` (for the differential tests).
     #[cfg(test)]
     pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
@@ -1188,6 +1422,18 @@ impl ConsumerGroupMetadataKey {
         Ok(this)
     }
 
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (version <= 0) {
+            parts.push(format!("\"groupId\":{}", {
+                let v = &self.group_id;
+                wire::json::string(v)
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
+    }
+
     /// A random instance valid at `version` (for the differential tests).
     #[cfg(test)]
     pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
@@ -1303,6 +1549,24 @@ impl ConsumerGroupMetadataValue {
         Ok(this)
     }
 
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (true) {
+            parts.push(format!("\"epoch\":{}", {
+                let v = &self.epoch;
+                v.to_string()
+            }));
+        }
+        if (true) && (!(true) || self.metadata_hash != 0) {
+            parts.push(format!("\"metadataHash\":{}", {
+                let v = &self.metadata_hash;
+                v.to_string()
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
+    }
+
     /// A random instance valid at `version` (for the differential tests).
     #[cfg(test)]
     pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
@@ -1400,6 +1664,18 @@ impl ConsumerGroupPartitionMetadataKey {
             }
         }
         Ok(this)
+    }
+
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (version <= 0) {
+            parts.push(format!("\"groupId\":{}", {
+                let v = &self.group_id;
+                wire::json::string(v)
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
     }
 
     /// A random instance valid at `version` (for the differential tests).
@@ -1507,6 +1783,30 @@ impl PartitionMetadata {
             }
         }
         Ok(this)
+    }
+
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (true) {
+            parts.push(format!("\"partition\":{}", {
+                let v = &self.partition;
+                v.to_string()
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"racks\":{}", {
+                let v = &self.racks;
+                format!(
+                    "[{}]",
+                    v.iter()
+                        .map(|e| wire::json::string(e))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
     }
 
     /// A random instance valid at `version` (for the differential tests).
@@ -1653,6 +1953,42 @@ impl TopicMetadata {
         Ok(this)
     }
 
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (true) {
+            parts.push(format!("\"topicId\":{}", {
+                let v = &self.topic_id;
+                wire::json::uuid(v)
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"topicName\":{}", {
+                let v = &self.topic_name;
+                wire::json::string(v)
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"numPartitions\":{}", {
+                let v = &self.num_partitions;
+                v.to_string()
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"partitionMetadata\":{}", {
+                let v = &self.partition_metadata;
+                format!(
+                    "[{}]",
+                    v.iter()
+                        .map(|e| e.to_json(version))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
+    }
+
     /// A random instance valid at `version` (for the differential tests).
     #[cfg(test)]
     pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
@@ -1768,6 +2104,24 @@ impl ConsumerGroupPartitionMetadataValue {
         Ok(this)
     }
 
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (true) {
+            parts.push(format!("\"topics\":{}", {
+                let v = &self.topics;
+                format!(
+                    "[{}]",
+                    v.iter()
+                        .map(|e| e.to_json(version))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
+    }
+
     /// A random instance valid at `version` (for the differential tests).
     #[cfg(test)]
     pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
@@ -1872,6 +2226,24 @@ impl ConsumerGroupMemberMetadataKey {
         Ok(this)
     }
 
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (version <= 0) {
+            parts.push(format!("\"groupId\":{}", {
+                let v = &self.group_id;
+                wire::json::string(v)
+            }));
+        }
+        if (version <= 0) {
+            parts.push(format!("\"memberId\":{}", {
+                let v = &self.member_id;
+                wire::json::string(v)
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
+    }
+
     /// A random instance valid at `version` (for the differential tests).
     #[cfg(test)]
     pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
@@ -1968,6 +2340,24 @@ impl ClassicProtocol {
             }
         }
         Ok(this)
+    }
+
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (true) {
+            parts.push(format!("\"name\":{}", {
+                let v = &self.name;
+                wire::json::string(v)
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"metadata\":{}", {
+                let v = &self.metadata;
+                wire::json::bytes(v)
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
     }
 
     /// A random instance valid at `version` (for the differential tests).
@@ -2078,6 +2468,30 @@ impl ClassicMemberMetadata {
             }
         }
         Ok(this)
+    }
+
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (true) {
+            parts.push(format!("\"sessionTimeoutMs\":{}", {
+                let v = &self.session_timeout_ms;
+                v.to_string()
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"supportedProtocols\":{}", {
+                let v = &self.supported_protocols;
+                format!(
+                    "[{}]",
+                    v.iter()
+                        .map(|e| e.to_json(version))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
     }
 
     /// A random instance valid at `version` (for the differential tests).
@@ -2400,6 +2814,88 @@ impl ConsumerGroupMemberMetadataValue {
         Ok(this)
     }
 
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (true) {
+            parts.push(format!(
+                "\"instanceId\":{}",
+                self.instance_id
+                    .as_ref()
+                    .map_or(String::from("null"), |v| wire::json::string(v))
+            ));
+        }
+        if (true) {
+            parts.push(format!(
+                "\"rackId\":{}",
+                self.rack_id
+                    .as_ref()
+                    .map_or(String::from("null"), |v| wire::json::string(v))
+            ));
+        }
+        if (true) {
+            parts.push(format!("\"clientId\":{}", {
+                let v = &self.client_id;
+                wire::json::string(v)
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"clientHost\":{}", {
+                let v = &self.client_host;
+                wire::json::string(v)
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"subscribedTopicNames\":{}", {
+                let v = &self.subscribed_topic_names;
+                format!(
+                    "[{}]",
+                    v.iter()
+                        .map(|e| wire::json::string(e))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            }));
+        }
+        if (true) {
+            parts.push(format!(
+                "\"subscribedTopicRegex\":{}",
+                self.subscribed_topic_regex
+                    .as_ref()
+                    .map_or(String::from("null"), |v| wire::json::string(v))
+            ));
+        }
+        if (true) {
+            parts.push(format!("\"rebalanceTimeoutMs\":{}", {
+                let v = &self.rebalance_timeout_ms;
+                v.to_string()
+            }));
+        }
+        if (true) {
+            parts.push(format!(
+                "\"serverAssignor\":{}",
+                self.server_assignor
+                    .as_ref()
+                    .map_or(String::from("null"), |v| wire::json::string(v))
+            ));
+        }
+        if (true)
+            && (!(true)
+                || self
+                    .classic_member_metadata
+                    .as_ref()
+                    .is_none_or(|v| *v != ClassicMemberMetadata::default()))
+        {
+            parts.push(format!(
+                "\"classicMemberMetadata\":{}",
+                self.classic_member_metadata
+                    .as_ref()
+                    .map_or(String::from("null"), |v| v.to_json(version))
+            ));
+        }
+        format!("{{{}}}", parts.join(","))
+    }
+
     /// A random instance valid at `version` (for the differential tests).
     #[cfg(test)]
     pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
@@ -2538,6 +3034,18 @@ impl ConsumerGroupTargetAssignmentMetadataKey {
         Ok(this)
     }
 
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (version <= 0) {
+            parts.push(format!("\"groupId\":{}", {
+                let v = &self.group_id;
+                wire::json::string(v)
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
+    }
+
     /// A random instance valid at `version` (for the differential tests).
     #[cfg(test)]
     pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
@@ -2649,6 +3157,24 @@ impl ConsumerGroupTargetAssignmentMetadataValue {
             }
         }
         Ok(this)
+    }
+
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (true) {
+            parts.push(format!("\"assignmentEpoch\":{}", {
+                let v = &self.assignment_epoch;
+                v.to_string()
+            }));
+        }
+        if (true) && (!(true) || self.assignment_timestamp != 0) {
+            parts.push(format!("\"assignmentTimestamp\":{}", {
+                let v = &self.assignment_timestamp;
+                v.to_string()
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
     }
 
     /// A random instance valid at `version` (for the differential tests).
@@ -2764,6 +3290,24 @@ impl ConsumerGroupTargetAssignmentMemberKey {
         Ok(this)
     }
 
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (version <= 0) {
+            parts.push(format!("\"groupId\":{}", {
+                let v = &self.group_id;
+                wire::json::string(v)
+            }));
+        }
+        if (version <= 0) {
+            parts.push(format!("\"memberId\":{}", {
+                let v = &self.member_id;
+                wire::json::string(v)
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
+    }
+
     /// A random instance valid at `version` (for the differential tests).
     #[cfg(test)]
     pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
@@ -2872,6 +3416,30 @@ impl TopicPartition {
             }
         }
         Ok(this)
+    }
+
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (true) {
+            parts.push(format!("\"topicId\":{}", {
+                let v = &self.topic_id;
+                wire::json::uuid(v)
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"partitions\":{}", {
+                let v = &self.partitions;
+                format!(
+                    "[{}]",
+                    v.iter()
+                        .map(|e| e.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
     }
 
     /// A random instance valid at `version` (for the differential tests).
@@ -2985,6 +3553,24 @@ impl ConsumerGroupTargetAssignmentMemberValue {
         Ok(this)
     }
 
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (true) {
+            parts.push(format!("\"topicPartitions\":{}", {
+                let v = &self.topic_partitions;
+                format!(
+                    "[{}]",
+                    v.iter()
+                        .map(|e| e.to_json(version))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
+    }
+
     /// A random instance valid at `version` (for the differential tests).
     #[cfg(test)]
     pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
@@ -3087,6 +3673,24 @@ impl ConsumerGroupCurrentMemberAssignmentKey {
             }
         }
         Ok(this)
+    }
+
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (version <= 0) {
+            parts.push(format!("\"groupId\":{}", {
+                let v = &self.group_id;
+                wire::json::string(v)
+            }));
+        }
+        if (version <= 0) {
+            parts.push(format!("\"memberId\":{}", {
+                let v = &self.member_id;
+                wire::json::string(v)
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
     }
 
     /// A random instance valid at `version` (for the differential tests).
@@ -3278,6 +3882,50 @@ impl TopicPartitions {
             }
         }
         Ok(this)
+    }
+
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (true) {
+            parts.push(format!("\"topicId\":{}", {
+                let v = &self.topic_id;
+                wire::json::uuid(v)
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"partitions\":{}", {
+                let v = &self.partitions;
+                format!(
+                    "[{}]",
+                    v.iter()
+                        .map(|e| e.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            }));
+        }
+        if (true)
+            && (!(true)
+                || self
+                    .assignment_epochs
+                    .as_ref()
+                    .is_none_or(|v| !v.is_empty()))
+        {
+            parts.push(format!(
+                "\"assignmentEpochs\":{}",
+                self.assignment_epochs
+                    .as_ref()
+                    .map_or(String::from("null"), |v| format!(
+                        "[{}]",
+                        v.iter()
+                            .map(|e| e.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    ))
+            ));
+        }
+        format!("{{{}}}", parts.join(","))
     }
 
     /// A random instance valid at `version` (for the differential tests).
@@ -3488,6 +4136,54 @@ impl ConsumerGroupCurrentMemberAssignmentValue {
         Ok(this)
     }
 
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (true) {
+            parts.push(format!("\"memberEpoch\":{}", {
+                let v = &self.member_epoch;
+                v.to_string()
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"previousMemberEpoch\":{}", {
+                let v = &self.previous_member_epoch;
+                v.to_string()
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"state\":{}", {
+                let v = &self.state;
+                v.to_string()
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"assignedPartitions\":{}", {
+                let v = &self.assigned_partitions;
+                format!(
+                    "[{}]",
+                    v.iter()
+                        .map(|e| e.to_json(version))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"partitionsPendingRevocation\":{}", {
+                let v = &self.partitions_pending_revocation;
+                format!(
+                    "[{}]",
+                    v.iter()
+                        .map(|e| e.to_json(version))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
+    }
+
     /// A random instance valid at `version` (for the differential tests).
     #[cfg(test)]
     pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
@@ -3616,6 +4312,24 @@ impl ConsumerGroupRegularExpressionKey {
             }
         }
         Ok(this)
+    }
+
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (version <= 0) {
+            parts.push(format!("\"groupId\":{}", {
+                let v = &self.group_id;
+                wire::json::string(v)
+            }));
+        }
+        if (version <= 0) {
+            parts.push(format!("\"regularExpression\":{}", {
+                let v = &self.regular_expression;
+                wire::json::string(v)
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
     }
 
     /// A random instance valid at `version` (for the differential tests).
@@ -3749,6 +4463,36 @@ impl ConsumerGroupRegularExpressionValue {
         Ok(this)
     }
 
+    /// This struct at `version` as Kafka's generated JSON converter writes it.
+    pub fn to_json(&self, version: i16) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if (true) {
+            parts.push(format!("\"topics\":{}", {
+                let v = &self.topics;
+                format!(
+                    "[{}]",
+                    v.iter()
+                        .map(|e| wire::json::string(e))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"version\":{}", {
+                let v = &self.version;
+                v.to_string()
+            }));
+        }
+        if (true) {
+            parts.push(format!("\"timestamp\":{}", {
+                let v = &self.timestamp;
+                v.to_string()
+            }));
+        }
+        format!("{{{}}}", parts.join(","))
+    }
+
     /// A random instance valid at `version` (for the differential tests).
     #[cfg(test)]
     pub(crate) fn random(r: &mut dyn FnMut() -> u64, version: i16) -> Self {
@@ -3868,6 +4612,53 @@ impl CoordinatorRecord {
                 "ConsumerGroupCurrentMemberAssignment"
             }
             Self::ConsumerGroupRegularExpression(..) => "ConsumerGroupRegularExpression",
+        }
+    }
+
+    /// The key and (unless a tombstone) the value version and value, as JSON in the form of
+    /// Kafka's generated JSON converters.
+    pub fn to_json(&self) -> (String, Option<(i16, String)>) {
+        match self {
+            Self::LegacyOffsetCommit(k, v) => (
+                k.to_json(0),
+                v.as_ref().map(|(ver, m)| (*ver, m.to_json(*ver))),
+            ),
+            Self::OffsetCommit(k, v) => (
+                k.to_json(0),
+                v.as_ref().map(|(ver, m)| (*ver, m.to_json(*ver))),
+            ),
+            Self::GroupMetadata(k, v) => (
+                k.to_json(0),
+                v.as_ref().map(|(ver, m)| (*ver, m.to_json(*ver))),
+            ),
+            Self::ConsumerGroupMetadata(k, v) => (
+                k.to_json(0),
+                v.as_ref().map(|(ver, m)| (*ver, m.to_json(*ver))),
+            ),
+            Self::ConsumerGroupPartitionMetadata(k, v) => (
+                k.to_json(0),
+                v.as_ref().map(|(ver, m)| (*ver, m.to_json(*ver))),
+            ),
+            Self::ConsumerGroupMemberMetadata(k, v) => (
+                k.to_json(0),
+                v.as_ref().map(|(ver, m)| (*ver, m.to_json(*ver))),
+            ),
+            Self::ConsumerGroupTargetAssignmentMetadata(k, v) => (
+                k.to_json(0),
+                v.as_ref().map(|(ver, m)| (*ver, m.to_json(*ver))),
+            ),
+            Self::ConsumerGroupTargetAssignmentMember(k, v) => (
+                k.to_json(0),
+                v.as_ref().map(|(ver, m)| (*ver, m.to_json(*ver))),
+            ),
+            Self::ConsumerGroupCurrentMemberAssignment(k, v) => (
+                k.to_json(0),
+                v.as_ref().map(|(ver, m)| (*ver, m.to_json(*ver))),
+            ),
+            Self::ConsumerGroupRegularExpression(k, v) => (
+                k.to_json(0),
+                v.as_ref().map(|(ver, m)| (*ver, m.to_json(*ver))),
+            ),
         }
     }
 

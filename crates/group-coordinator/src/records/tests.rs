@@ -227,7 +227,7 @@ fn run_oracle(input: &str) -> Option<String> {
 }
 
 /// Strom encodes random records; Kafka's classes decode them and encode them again; the bytes
-/// must be identical, and Strom must decode Kafka's bytes to the same record.
+/// must be identical, Strom's JSON must equal Kafka's JSON converters', and Strom must decode Kafka's bytes to the same record.
 #[test]
 fn differential_against_kafka_classes() {
     const CASES: usize = 5000;
@@ -253,7 +253,15 @@ fn differential_against_kafka_classes() {
     let mut per_type = std::collections::BTreeMap::<&str, usize>::new();
     for ((rec, key, value), line) in recs.iter().zip(out.lines()) {
         assert!(!line.starts_with("ERR"), "Kafka refused {rec:?}: {line}");
-        let (k, v) = line.split_once(' ').expect("two columns");
+        let mut cols = line.split('\t');
+        let (k, v) = cols.next().unwrap().split_once(' ').expect("two columns");
+        let (key_json, value_json) = rec.to_json();
+        assert_eq!(cols.next(), Some(key_json.as_str()), "key JSON of {rec:?}");
+        assert_eq!(
+            cols.next(),
+            value_json.as_ref().map(|(_, j)| j.as_str()),
+            "value JSON of {rec:?}"
+        );
         assert_eq!(k, hex(key), "key of {rec:?}");
         assert_eq!(
             v,

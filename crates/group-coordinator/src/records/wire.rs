@@ -271,3 +271,76 @@ pub fn get_tagged(buf: &mut Bytes) -> Result<Vec<(u32, Bytes)>, RecordError> {
     }
     Ok(out)
 }
+
+/// JSON in the form Kafka's generated `*JsonConverter.write` gives it (Jackson's compact
+/// output: fields in schema order, no spaces), which `kafka-dump-log --offsets-decoder` prints.
+pub mod json {
+    use std::fmt::Write;
+
+    /// A JSON string literal with Jackson's escapes (quote, backslash, control characters).
+    pub fn string(s: &str) -> String {
+        let mut out = String::with_capacity(s.len() + 2);
+        out.push('"');
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\u{8}' => out.push_str("\\b"),
+                '\u{c}' => out.push_str("\\f"),
+                c if (c as u32) < 0x20 => {
+                    let _ = write!(out, "\\u{:04X}", c as u32);
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    }
+
+    fn base64(data: &[u8], url: bool, pad: bool) -> String {
+        let table: &[u8; 64] = if url {
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+        } else {
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+        };
+        let mut out = String::new();
+        for chunk in data.chunks(3) {
+            let b = [
+                chunk[0],
+                *chunk.get(1).unwrap_or(&0),
+                *chunk.get(2).unwrap_or(&0),
+            ];
+            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    out.push(table[((n >> (18 - 6 * i)) & 63) as usize] as char);
+                } else if pad {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+
+    /// Bytes as Jackson writes a binary node: standard base64 with padding.
+    pub fn bytes(b: &[u8]) -> String {
+        format!("\"{}\"", base64(b, false, true))
+    }
+
+    /// A topic id as Kafka's `Uuid.toString`: URL-safe base64 without padding.
+    pub fn uuid(u: &uuid::Uuid) -> String {
+        format!("\"{}\"", base64(u.as_bytes(), true, false))
+    }
+
+    /// An `f64` as Java's `Double.toString` writes the common cases.
+    pub fn f64(v: f64) -> String {
+        if v.fract() == 0.0 && v.abs() < 1e7 {
+            format!("{v:.1}")
+        } else {
+            format!("{v}")
+        }
+    }
+}

@@ -1,7 +1,8 @@
 // Differential oracle for strom-group-coordinator's records: reads lines
 // "<SchemaName> <keyhex> <valuehex|->" on stdin, decodes key and value with Kafka 4.4's own
 // generated classes (org.apache.kafka.coordinator.group.generated.<SchemaName>Key/Value),
-// writes them again with Kafka's code and prints "<keyhex> <valuehex|->", or "ERR <message>".
+// writes them again with Kafka's code and prints "<keyhex> <valuehex|->" then, tab-separated,
+// the key's and the value's JSON from Kafka's generated JSON converters; or "ERR <message>".
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.ByteBuffer;
@@ -27,6 +28,8 @@ public class RecordOracle {
 
     // Reads the 2-byte prefix, then the message at `version` (the prefix itself for values,
     // 0 for keys), and writes prefix + message back with Kafka's serializer.
+    static String json = "";
+
     static String roundTrip(String cls, String hexBytes, boolean key) throws Exception {
         ByteBuffer buf = ByteBuffer.wrap(unhex(hexBytes));
         short prefix = buf.getShort();
@@ -36,6 +39,10 @@ public class RecordOracle {
             .newInstance(new ByteBufferAccessor(buf), version);
         if (key && m.apiKey() != prefix && !(prefix == 0 && cls.startsWith("Legacy")))
             throw new RuntimeException("key prefix " + prefix + " is not " + cls);
+        Object node = Class.forName(PKG + cls + "JsonConverter")
+            .getMethod("write", m.getClass(), short.class)
+            .invoke(null, m, version);
+        json = json + "\t" + node;
         ObjectSerializationCache cache = new ObjectSerializationCache();
         int size = m.size(cache, version);
         ByteBuffer out = ByteBuffer.allocate(2 + size);
@@ -51,9 +58,10 @@ public class RecordOracle {
         while ((line = in.readLine()) != null) {
             String[] p = line.split(" ");
             try {
+                json = "";
                 String k = roundTrip(p[0] + "Key", p[1], true);
                 String v = p[2].equals("-") ? "-" : roundTrip(p[0] + "Value", p[2], false);
-                out.append(k).append(' ').append(v).append('\n');
+                out.append(k).append(' ').append(v).append(json).append('\n');
             } catch (Throwable t) {
                 Throwable c = t.getCause() != null ? t.getCause() : t;
                 out.append("ERR ").append(String.valueOf(c).replace('\n', ' ')).append('\n');
