@@ -309,7 +309,15 @@ fn dump_batch_records(
         if !args.skip_record_metadata {
             print_record_metadata(h, &rec, out)?;
         }
-        if args.print_data_log && !h.is_control() {
+        if args.offsets_decoder && !h.is_control() {
+            let prefix = if args.skip_record_metadata { "| " } else { " " };
+            let (k, v) =
+                super::offsets::parse(rec.offset, rec.key.as_deref(), rec.value.as_deref())?;
+            write!(out, "{prefix}key: {k}")?;
+            if let Some(v) = v {
+                write!(out, " payload: {v}")?;
+            }
+        } else if args.print_data() && !h.is_control() {
             let mut prefix = if args.skip_record_metadata { "| " } else { " " };
             if let Some(k) = &rec.key {
                 write!(out, "{prefix}key: {}", java_utf8(k))?;

@@ -19,6 +19,7 @@ use std::path::Path;
 mod index;
 mod javamap;
 mod log;
+mod offsets;
 mod records;
 mod snapshot;
 
@@ -53,11 +54,19 @@ pub struct DumpLogArgs {
     /// Skip metadata when printing records. This flag also skips control records.
     #[arg(long)]
     pub skip_record_metadata: bool,
+    /// If set, log data will be parsed as offset data from the __consumer_offsets topic.
+    #[arg(long)]
+    pub offsets_decoder: bool,
 }
 
 impl DumpLogArgs {
     fn deep(&self) -> bool {
-        self.deep_iteration || self.print_data_log
+        self.deep_iteration || self.print_data()
+    }
+
+    /// Kafka turns data printing on with any decoder option.
+    fn print_data(&self) -> bool {
+        self.print_data_log || self.offsets_decoder
     }
 }
 
