@@ -28,6 +28,8 @@ pub fn by_name(name: &str) -> Option<Box<dyn PartitionAssignor>> {
     match name {
         "range" => Some(Box::new(range::RangeAssignor)),
         "roundrobin" => Some(Box::new(roundrobin::RoundRobinAssignor)),
+        "sticky" => Some(Box::new(sticky::StickyAssignor::new())),
+        "cooperative-sticky" => Some(Box::new(sticky::CooperativeStickyAssignor::new())),
         _ => None,
     }
 }

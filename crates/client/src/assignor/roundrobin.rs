@@ -162,15 +162,10 @@ mod tests {
     }
 
     #[test]
-    fn by_name_knows_both() {
-        assert_eq!(
-            super::super::by_name("roundrobin").map(|a| a.name()),
-            Some("roundrobin")
-        );
-        assert_eq!(
-            super::super::by_name("range").map(|a| a.name()),
-            Some("range")
-        );
+    fn by_name_knows_every_client_assignor() {
+        for name in ["range", "roundrobin", "sticky", "cooperative-sticky"] {
+            assert_eq!(super::super::by_name(name).map(|a| a.name()), Some(name));
+        }
         assert!(super::super::by_name("nope").is_none());
     }
 }
