@@ -5,11 +5,8 @@ use std::collections::BTreeMap;
 /// Kafka's `Topic.GROUP_METADATA_TOPIC_NAME`.
 pub const GROUP_METADATA_TOPIC_NAME: &str = "__consumer_offsets";
 
-/// Java's `String.hashCode()`: `31 * h + c` over the UTF-16 code units, wrapping.
-pub fn java_string_hash(s: &str) -> i32 {
-    s.encode_utf16()
-        .fold(0i32, |h, unit| h.wrapping_mul(31).wrapping_add(unit as i32))
-}
+/// Java's `String.hashCode()` (shared with everything else that needs it).
+pub use strom_protocol::java::string_hash as java_string_hash;
 
 /// Kafka's `Utils.abs`: `Math.abs`, except that `Integer.MIN_VALUE` (whose absolute value does
 /// not fit) maps to 0.

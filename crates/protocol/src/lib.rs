@@ -12,6 +12,7 @@
 
 pub mod batch;
 pub mod frame;
+pub mod java;
 pub mod testing;
 
 pub use kafka_protocol as kafka;

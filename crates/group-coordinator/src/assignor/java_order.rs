@@ -1,26 +1,16 @@
 //! Java's orders that decide Kafka assignors' results, reproduced so the Rust ports give the same
 //! answer: `String.compareTo` and the iteration order of a `java.util.HashSet<Uuid>`.
 
-use std::cmp::Ordering;
 use uuid::Uuid;
 
-/// Java's `String.compareTo`: lexicographic over UTF-16 code units (differs from Rust's byte
-/// order only when supplementary characters meet U+E000..U+FFFF).
-pub(crate) fn java_string_cmp(a: &str, b: &str) -> Ordering {
-    a.encode_utf16().cmp(b.encode_utf16())
-}
+use strom_protocol::java::hash_spread as spread;
+pub(crate) use strom_protocol::java::string_cmp as java_string_cmp;
 
 /// Kafka's `Uuid.hashCode`: the two halves xor-ed, then folded to 32 bits.
 fn kafka_uuid_hash(id: Uuid) -> i32 {
     let (msb, lsb) = id.as_u64_pair();
     let h = (msb ^ lsb) as i64;
     ((h >> 32) as i32) ^ (h as i32)
-}
-
-/// `HashMap.hash`: the high half is xor-ed into the low half before masking.
-fn spread(hash: i32) -> u32 {
-    let h = hash as u32;
-    h ^ (h >> 16)
 }
 
 /// A bin reaching this many entries makes `HashMap` treeify it, or grow when the table is small.
@@ -62,6 +52,7 @@ pub(crate) fn java_hash_set_order(ids: &[Uuid]) -> Vec<Uuid> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cmp::Ordering;
 
     #[test]
     fn java_string_order_is_utf16() {

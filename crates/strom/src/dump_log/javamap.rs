@@ -15,11 +15,7 @@ impl<V> Default for JavaHashMap<V> {
     }
 }
 
-/// `String.hashCode()`.
-fn java_string_hash(s: &str) -> i32 {
-    s.encode_utf16()
-        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(c as i32))
-}
+use strom_protocol::java::string_hash as java_string_hash;
 
 impl<V: Default> JavaHashMap<V> {
     /// `computeIfAbsent(key, k -> new V())`.

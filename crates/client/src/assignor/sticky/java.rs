@@ -10,15 +10,11 @@
 //! spread hash below that needs 9 keys in one bucket, which the assignors' maps of member ids
 //! and partitions of one topic do not produce in practice.
 
-use std::cmp::Ordering;
-
 use crate::assignor::TopicPartition;
 
-/// `String.hashCode()`: over UTF-16 code units, wrapping.
-pub(crate) fn string_hash(s: &str) -> i32 {
-    s.encode_utf16()
-        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
-}
+use strom_protocol::java::hash_spread as spread;
+pub(crate) use strom_protocol::java::string_cmp as java_cmp;
+pub(crate) use strom_protocol::java::{hash_map_order as hash_order, string_hash};
 
 /// `TopicPartition.hashCode()`.
 pub(crate) fn topic_partition_hash(tp: &TopicPartition) -> i32 {
@@ -26,40 +22,6 @@ pub(crate) fn topic_partition_hash(tp: &TopicPartition) -> i32 {
         .wrapping_add(tp.partition)
         .wrapping_mul(31)
         .wrapping_add(string_hash(&tp.topic))
-}
-
-/// `String.compareTo`: Java compares UTF-16 code units, which differs from Rust's byte order
-/// for characters above U+FFFF against U+E000..U+FFFF.
-pub(crate) fn java_cmp(a: &str, b: &str) -> Ordering {
-    a.encode_utf16().cmp(b.encode_utf16())
-}
-
-/// `HashMap.hash()`: the high half folded into the low half.
-fn spread(h: i32) -> u32 {
-    let h = h as u32;
-    h ^ (h >> 16)
-}
-
-/// The table size of a `new HashMap<>()` after `n` distinct insertions.
-fn capacity_for(n: usize) -> usize {
-    let mut cap = 16usize;
-    while n > cap / 4 * 3 {
-        cap *= 2;
-    }
-    cap
-}
-
-/// The iteration order of a `new HashMap<>()` (or `HashSet`) into which `items` were put in
-/// this order (distinct keys).
-pub(crate) fn hash_order<T>(items: Vec<T>, hash: impl Fn(&T) -> i32) -> Vec<T> {
-    let mask = capacity_for(items.len()) - 1;
-    let mut keyed: Vec<(usize, T)> = items
-        .into_iter()
-        .map(|t| ((spread(hash(&t)) as usize) & mask, t))
-        .collect();
-    // Stable: ties (one bucket) keep insertion order.
-    keyed.sort_by_key(|(bucket, _)| *bucket);
-    keyed.into_iter().map(|(_, t)| t).collect()
 }
 
 /// A `HashSet<TopicPartition>` that knows which element Java's iterator yields first.
@@ -118,6 +80,7 @@ impl PartitionHashSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strom_protocol::java::hash_map_capacity as capacity_for;
 
     #[test]
     fn string_hash_matches_java() {
