@@ -134,6 +134,24 @@ pub enum AssignorError {
     InvalidInput(String),
 }
 
+/// Each member's partitions as its [`Assignment`], for assignors that send no user data.
+pub(crate) fn without_user_data<K: Ord>(
+    partitions: BTreeMap<K, Vec<TopicPartition>>,
+) -> BTreeMap<K, Assignment> {
+    partitions
+        .into_iter()
+        .map(|(m, partitions)| {
+            (
+                m,
+                Assignment {
+                    partitions,
+                    user_data: None,
+                },
+            )
+        })
+        .collect()
+}
+
 /// Kafka's `ConsumerPartitionAssignor`.
 pub trait PartitionAssignor: Send + Sync {
     /// The protocol name sent in JoinGroup (`range`, `roundrobin`, `sticky`,

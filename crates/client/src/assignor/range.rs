@@ -19,7 +19,10 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::java_order;
-use super::{Assignment, AssignorError, Cluster, PartitionAssignor, Subscription, TopicPartition};
+use super::{
+    without_user_data, Assignment, AssignorError, Cluster, PartitionAssignor, Subscription,
+    TopicPartition,
+};
 
 /// `RangeAssignor`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -308,18 +311,7 @@ impl PartitionAssignor for RangeAssignor {
                 });
             }
         }
-        Ok(assignment
-            .into_iter()
-            .map(|(m, partitions)| {
-                (
-                    m,
-                    Assignment {
-                        partitions,
-                        user_data: None,
-                    },
-                )
-            })
-            .collect())
+        Ok(without_user_data(assignment))
     }
 }
 

@@ -7,7 +7,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::range::{java_member_order, member_order};
-use super::{Assignment, AssignorError, Cluster, PartitionAssignor, Subscription, TopicPartition};
+use super::{
+    without_user_data, Assignment, AssignorError, Cluster, PartitionAssignor, Subscription,
+    TopicPartition,
+};
 
 /// `RoundRobinAssignor`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -81,18 +84,7 @@ impl PartitionAssignor for RoundRobinAssignor {
                 next = (next + 1) % members.len();
             }
         }
-        Ok(assignment
-            .into_iter()
-            .map(|(m, partitions)| {
-                (
-                    m,
-                    Assignment {
-                        partitions,
-                        user_data: None,
-                    },
-                )
-            })
-            .collect())
+        Ok(without_user_data(assignment))
     }
 }
 
