@@ -5,11 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use strom_group_coordinator::records::*;
-use strom_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use uuid::Uuid;
 
 fn records() -> Vec<CoordinatorRecord> {
@@ -135,49 +132,21 @@ fn records() -> Vec<CoordinatorRecord> {
 }
 
 fn write_segment(dir: &Path) -> PathBuf {
-    let mut recs: Vec<Record> = records()
+    let mut recs: Vec<(Option<Bytes>, Option<Bytes>)> = records()
         .iter()
-        .map(|r| (r.encode_key().unwrap(), r.encode_value().unwrap()))
-        .map(|(k, v)| (Some(k), v))
-        .collect::<Vec<_>>()
-        .into_iter()
-        .enumerate()
-        .map(|(i, (key, value))| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: -1,
-            timestamp: 1_700_000_000_000 + i as i64,
-            key,
-            value,
-            headers: Default::default(),
-        })
+        .map(|r| (Some(r.encode_key().unwrap()), r.encode_value().unwrap()))
         .collect();
     // A record type no schema here has: Kafka prints that it skips it.
-    let n = recs.len() as i64;
-    recs.push(Record {
-        offset: n,
-        key: Some(Bytes::from_static(&[0, 99, 0, 0])),
-        value: Some(Bytes::from_static(&[0, 0])),
-        ..recs[0].clone()
-    });
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &recs,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
+    recs.push((
+        Some(Bytes::from_static(&[0, 99, 0, 0])),
+        Some(Bytes::from_static(&[0, 0])),
+    ));
+    let path = dir.join("00000000000000000000.log");
+    std::fs::write(
+        &path,
+        strom_protocol::testing::plain_batch(recs, 1_700_000_000_000),
     )
     .unwrap();
-    let path = dir.join("00000000000000000000.log");
-    std::fs::write(&path, &buf).unwrap();
     path
 }
 
