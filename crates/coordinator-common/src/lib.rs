@@ -8,8 +8,12 @@
 //!   origin Coordinator, at the leader epoch the shard loaded with) and its response released
 //!   once the high watermark passes them; a failed append rolls the shard back.
 //!
+//! - [`timer`]: keyed timers a shard sets from its own operations (session expiry, join and
+//!   rebalance delays, offset expiry), run as writes of its partition; the injectable clock.
+//!
 //! Nothing here knows about groups or transactions: a coordinator plugs in a
 //! [`runtime::CoordinatorShard`] (its state, built from its records) and a record serde.
 
 pub mod runtime;
 pub mod timeline;
+pub mod timer;

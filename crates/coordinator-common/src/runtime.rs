@@ -30,6 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::timeline::Timeline;
+use crate::timer::{Clock, CoordinatorTimer, ShardContext, TokioClock};
 
 /// An internal topic partition: (topic, partition).
 pub type TopicPartition = (String, i32);
@@ -137,12 +138,18 @@ pub trait CoordinatorShard: Timeline + Send + 'static {
     /// Applies one record at `offset` (from a write of this shard, or from loading).
     fn replay(&mut self, offset: i64, record: &Self::Record);
 
-    /// The records in the form they are appended.
-    fn serialize(record: &Self::Record) -> RawRecord;
+    /// The records in the form they are appended (an error fails the write that made them,
+    /// with the code it carries).
+    fn serialize(record: &Self::Record) -> Result<RawRecord, CoordinatorError>;
 
     /// A stored record, or `None` for one this coordinator does not know (skipped, as Kafka
     /// skips unknown record types when loading).
     fn deserialize(key: &Bytes, value: Option<&Bytes>) -> Option<Self::Record>;
+
+    /// The partition has been replayed and the shard starts serving (Kafka's `onLoaded`):
+    /// the place to set the timers the loaded state needs (session expiry of the members it
+    /// knows, offset expiry).
+    fn on_loaded(&mut self) {}
 }
 
 /// What a write returns: the records to append and the response to give once they are
@@ -152,10 +159,12 @@ pub struct WriteResult<R, T> {
     pub response: T,
 }
 
-type Completion = Box<dyn FnOnce(Result<(), CoordinatorError>) + Send>;
+/// What runs once a write's records are committed (`Ok`) or failed.
+pub type AfterCommit = Box<dyn FnOnce(Result<(), CoordinatorError>) + Send>;
+type Completion = AfterCommit;
 /// A write as the shard task runs it: `None` when the operation refused (it has answered its
 /// caller with the error itself).
-type WriteOp<S> = Box<
+pub(crate) type WriteOp<S> = Box<
     dyn FnOnce(&mut S, &WriteContext) -> Option<(Vec<<S as CoordinatorShard>::Record>, Completion)>
         + Send,
 >;
@@ -170,7 +179,7 @@ pub struct WriteContext {
     pub epoch: i32,
 }
 
-enum Event<S: CoordinatorShard> {
+pub(crate) enum Event<S: CoordinatorShard> {
     Write(WriteOp<S>),
     Read(ReadOp<S>),
     HighWatermark(i64),
@@ -197,22 +206,41 @@ struct ShardHandle<S: CoordinatorShard> {
 pub struct CoordinatorRuntime<S: CoordinatorShard> {
     writer: Arc<dyn PartitionWriter>,
     loader: Arc<dyn CoordinatorLoader>,
-    new_shard: Arc<dyn Fn(&TopicPartition) -> S + Send + Sync>,
+    new_shard: Arc<NewShard<S>>,
+    clock: Arc<dyn Clock>,
     shards: Mutex<HashMap<TopicPartition, ShardHandle<S>>>,
 }
+
+type NewShard<S> = dyn Fn(ShardContext<S>) -> S + Send + Sync;
 
 impl<S: CoordinatorShard> CoordinatorRuntime<S> {
     pub fn new(
         writer: Arc<dyn PartitionWriter>,
         loader: Arc<dyn CoordinatorLoader>,
-        new_shard: impl Fn(&TopicPartition) -> S + Send + Sync + 'static,
+        new_shard: impl Fn(ShardContext<S>) -> S + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        Self::with_clock(writer, loader, Arc::new(TokioClock::new()), new_shard)
+    }
+
+    /// As [`Self::new`], with the clock shards read (tests inject one).
+    pub fn with_clock(
+        writer: Arc<dyn PartitionWriter>,
+        loader: Arc<dyn CoordinatorLoader>,
+        clock: Arc<dyn Clock>,
+        new_shard: impl Fn(ShardContext<S>) -> S + Send + Sync + 'static,
     ) -> Arc<Self> {
         Arc::new(Self {
             writer,
             loader,
             new_shard: Arc::new(new_shard),
+            clock,
             shards: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The clock shards read.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        self.clock.clone()
     }
 
     /// This broker became leader of `tp` at `epoch`: rebuild its shard from the log. A shard
@@ -229,6 +257,7 @@ impl<S: CoordinatorShard> CoordinatorRuntime<S> {
             tp.clone(),
             epoch,
             status.clone(),
+            tx.downgrade(),
             rx,
         ));
         if let Some(old) = shards.insert(
@@ -405,10 +434,17 @@ async fn run_shard<S: CoordinatorShard>(
     tp: TopicPartition,
     epoch: i32,
     status: Arc<Mutex<Status>>,
+    own_events: mpsc::WeakUnboundedSender<Event<S>>,
     mut events: mpsc::UnboundedReceiver<Event<S>>,
 ) {
     let loader = rt.loader.clone();
-    let mut shard = (rt.new_shard)(&tp);
+    let timer = CoordinatorTimer::new(own_events);
+    let mut shard = (rt.new_shard)(ShardContext {
+        tp: tp.clone(),
+        epoch,
+        timer: timer.clone(),
+        clock: rt.clock.clone(),
+    });
     let writer = rt.writer.clone();
     drop(rt);
     // Loading reads the log: blocking I/O, off the async threads.
@@ -449,6 +485,7 @@ async fn run_shard<S: CoordinatorShard>(
         deferred: VecDeque::new(),
     };
     st.advance_high_watermark(end.high_watermark);
+    st.shard.on_loaded();
     tracing::info!(
         ?tp,
         epoch,
@@ -484,10 +521,17 @@ async fn run_shard<S: CoordinatorShard>(
                     }
                     continue;
                 }
+                let raw: Vec<RawRecord> = match records.iter().map(S::serialize).collect() {
+                    Ok(raw) => raw,
+                    Err(e) => {
+                        st.shard.revert_to(ctx.offset);
+                        done(Err(e));
+                        continue;
+                    }
+                };
                 for (i, r) in records.iter().enumerate() {
                     st.shard.replay(ctx.offset + i as i64, r);
                 }
-                let raw: Vec<RawRecord> = records.iter().map(S::serialize).collect();
                 match writer.append(&tp, st.epoch, &raw) {
                     Ok(res) if res.base_offset == ctx.offset => {
                         st.next_offset = res.last_offset + 1;
@@ -517,6 +561,7 @@ async fn run_shard<S: CoordinatorShard>(
         }
     }
     // Unloaded (or failed): whatever waits for the high watermark will not get it here.
+    timer.cancel_all();
     for (_, done) in st.deferred.drain(..) {
         done(Err(CoordinatorError::NotCoordinator(tp.clone())));
     }

@@ -75,6 +75,8 @@ impl CoordinatorLoader for Writer {
 #[derive(Default)]
 struct Counters {
     values: TimelineMap<String, i64>,
+    /// The shard's own timers (set by operations, as session timers are).
+    timer: Option<CoordinatorTimer<Counters>>,
 }
 
 #[derive(Debug, Clone)]
@@ -101,11 +103,11 @@ impl CoordinatorShard for Counters {
             }
         }
     }
-    fn serialize(r: &Set) -> RawRecord {
-        (
+    fn serialize(r: &Set) -> Result<RawRecord, CoordinatorError> {
+        Ok((
             Bytes::from(r.0.clone()),
             r.1.map(|v| Bytes::from(v.to_be_bytes().to_vec())),
-        )
+        ))
     }
     fn deserialize(key: &Bytes, value: Option<&Bytes>) -> Option<Set> {
         let name = String::from_utf8(key.to_vec()).ok()?;
@@ -125,7 +127,10 @@ fn runtime(p: &Arc<MemPartition>) -> Arc<CoordinatorRuntime<Counters>> {
     CoordinatorRuntime::new(
         Arc::new(Writer(p.clone())),
         Arc::new(Writer(p.clone())),
-        |_| Counters::default(),
+        |ctx: ShardContext<Counters>| Counters {
+            timer: Some(ctx.timer),
+            ..Default::default()
+        },
     )
 }
 
@@ -382,4 +387,67 @@ async fn a_timer_is_a_write_of_its_partition() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     timer.await.unwrap();
     assert_eq!(committed(&rt, "expired").await, Some(1));
+}
+
+/// An operation that sets a keyed timer of its own shard.
+async fn arm(rt: &CoordinatorRuntime<Counters>, key: &'static str, secs: u64) {
+    rt.write(&tp(), move |s: &mut Counters, _ctx: &WriteContext| {
+        s.timer.as_ref().expect("timer").schedule(
+            key,
+            Duration::from_secs(secs),
+            move |_s: &mut Counters, _ctx: &WriteContext| {
+                Ok(WriteResult {
+                    records: vec![Set(key.to_string(), Some(secs as i64))],
+                    response: None,
+                })
+            },
+        );
+        Ok(WriteResult {
+            records: vec![],
+            response: (),
+        })
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shard_timer_fires_once_and_a_rescheduled_key_replaces_it() {
+    let p = Arc::new(MemPartition::default());
+    p.auto_hw.store(true, Ordering::SeqCst);
+    let rt = runtime(&p);
+    rt.schedule_load(tp(), 0);
+    for _ in 0..2000 {
+        if rt.partitions().iter().any(|(_, ok)| *ok) {
+            break;
+        }
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    arm(&rt, "session", 10).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // A heartbeat pushes the deadline: the same key again replaces the first timer.
+    arm(&rt, "session", 10).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        committed(&rt, "session").await,
+        None,
+        "the replaced timer never fires"
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(committed(&rt, "session").await, Some(10));
+    assert_eq!(p.log.lock().len(), 1, "fired once");
+    // A cancelled timer never fires.
+    arm(&rt, "join", 3).await;
+    rt.write(&tp(), |s: &mut Counters, _: &WriteContext| {
+        s.timer.as_ref().expect("timer").cancel("join");
+        Ok(WriteResult {
+            records: vec![],
+            response: (),
+        })
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(committed(&rt, "join").await, None);
 }
