@@ -301,10 +301,12 @@ fn encode_error(e: crate::records::RecordError) -> CoordinatorError {
     }
 }
 
+/// The group of an offset commit record, unless it is a tombstone (as in Kafka, only a commit
+/// makes a simple group exist; a tombstone replayed after its group's deletion must not).
 fn offset_commit_group(record: &CoordinatorRecord) -> Option<String> {
     match record {
-        CoordinatorRecord::OffsetCommit(k, _) => Some(k.group.clone()),
-        CoordinatorRecord::LegacyOffsetCommit(k, _) => Some(k.group.clone()),
+        CoordinatorRecord::OffsetCommit(k, Some(_)) => Some(k.group.clone()),
+        CoordinatorRecord::LegacyOffsetCommit(k, Some(_)) => Some(k.group.clone()),
         _ => None,
     }
 }
