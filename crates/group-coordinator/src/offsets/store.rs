@@ -241,7 +241,7 @@ mod tests {
         assert_eq!(s.get("g", "t", 0).unwrap().committed_offset, 5);
         assert!(!s.has_group("h"));
         assert!(
-            s.groups.get("h").is_none(),
+            !s.groups.contains_key("h"),
             "a group with nothing left is dropped"
         );
         // A tombstone, committed: the group goes.
