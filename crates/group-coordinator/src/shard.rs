@@ -260,7 +260,11 @@ impl CoordinatorShard for GroupCoordinatorShard {
                     }
                 }
             }
-            CoordinatorRecord::GroupMetadata(..) => self.classic.replay(&self.env, offset, record),
+            CoordinatorRecord::GroupMetadata(..) => {
+                // The offsets manager forgets a simple group at its tombstone.
+                self.offsets.replay(&self.env, offset, record);
+                self.classic.replay(&self.env, offset, record);
+            }
             other => {
                 if self.consumer.handles(other) {
                     self.consumer.replay(&self.env, offset, other);

@@ -122,6 +122,7 @@ pub fn cleanup_expired_offsets(
 pub fn cleanup_group_metadata(shard: &mut GroupCoordinatorShard) -> Vec<CoordinatorRecord> {
     let now = shard.env.now_ms();
     let mut groups: Vec<String> = shard.offsets.offsets.group_ids();
+    groups.extend(shard.offsets.simple_groups.iter().map(|(g, _)| g.clone()));
     groups.extend(
         shard
             .list_groups(&[], &[], i64::MAX)
@@ -132,13 +133,13 @@ pub fn cleanup_group_metadata(shard: &mut GroupCoordinatorShard) -> Vec<Coordina
     groups.dedup();
     let mut records = Vec::new();
     for group in groups {
-        let had_offsets = shard.offsets.offsets.has_group(&group);
+        let simple_only_here = super::ops::simple_group_only_here(shard, &group);
         if !cleanup_expired_offsets(shard, &group, now, &mut records) {
             continue;
         }
         if shard.group_type(&group).is_some() {
             records.extend(shard.maybe_delete_empty_group(&group));
-        } else if had_offsets {
+        } else if simple_only_here {
             // A simple group known only by its offsets (no group manager holds it): it goes
             // with its last offset, as Kafka deletes the empty classic group it keeps for it,
             // with the same GroupMetadata tombstone.

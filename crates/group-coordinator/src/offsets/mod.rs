@@ -10,7 +10,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use strom_coordinator_common::timeline::Timeline;
+use strom_coordinator_common::timeline::{Timeline, TimelineMap};
 
 use crate::records::CoordinatorRecord;
 use crate::shard::ShardEnv;
@@ -85,6 +85,11 @@ impl PendingTransactionalOffsets {
 pub struct OffsetMetadataManager {
     pub offsets: OffsetStore,
     pub pending: PendingTransactionalOffsets,
+    /// Groups made to exist by an offset commit (Kafka's "simple" groups: an empty classic
+    /// group without protocol type), until their GroupMetadata tombstone. The classic
+    /// manager holds them too once it keeps simple groups; until then the offset APIs treat a
+    /// group listed here that no manager holds as that empty classic group.
+    pub simple_groups: TimelineMap<String, ()>,
 }
 
 impl OffsetMetadataManager {
@@ -104,10 +109,19 @@ impl OffsetMetadataManager {
                 v.as_ref()
                     .map(|(_, v)| OffsetAndMetadata::from_legacy_record(offset, v)),
             ),
+            CoordinatorRecord::GroupMetadata(k, None) => {
+                self.simple_groups.remove(offset, &k.group);
+                return;
+            }
             _ => return,
         };
         match value {
-            Some(v) => self.offsets.put(offset, group, key, v),
+            Some(v) => {
+                if !self.simple_groups.contains_key(group) {
+                    self.simple_groups.insert(offset, group.clone(), ());
+                }
+                self.offsets.put(offset, group, key, v)
+            }
             None => {
                 self.offsets.remove(offset, group, &key);
                 self.pending.remove_partition(group, &key);
@@ -124,6 +138,11 @@ impl OffsetMetadataManager {
     /// The latest offset of a partition for `group`.
     pub fn offset(&self, group: &str, topic: &str, partition: i32) -> Option<&OffsetAndMetadata> {
         self.offsets.get(group, topic, partition)
+    }
+
+    /// Whether `group` is a simple group only this manager knows (no group manager holds it).
+    pub fn is_simple_group_only_here(&self, group: &str, held_elsewhere: bool) -> bool {
+        !held_elsewhere && self.simple_groups.contains_key(&group.to_string())
     }
 
     /// Whether `group` has no offsets (and no pending transactional ones) as of `committed`.
@@ -146,8 +165,10 @@ pub(crate) fn schedule_expiry(env: &ShardEnv) {
 impl Timeline for OffsetMetadataManager {
     fn revert_to(&mut self, offset: i64) {
         self.offsets.revert_to(offset);
+        self.simple_groups.revert_to(offset);
     }
     fn commit(&mut self, committed: i64) {
         self.offsets.commit(committed);
+        self.simple_groups.commit(committed);
     }
 }

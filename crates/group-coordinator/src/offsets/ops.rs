@@ -304,9 +304,16 @@ pub fn fetch_offsets(
 }
 
 /// Whether a group exists for the offset APIs: a group manager holds it, or it has offsets
-/// (a simple group, which Kafka keeps as an empty classic group).
+/// (a simple group made by a commit, which Kafka keeps as an empty classic group).
 fn group_exists(shard: &GroupCoordinatorShard, group: &str) -> bool {
-    shard.group_type(group).is_some() || shard.offsets.offsets.has_group(group)
+    shard.group_type(group).is_some() || simple_group_only_here(shard, group)
+}
+
+/// A simple group that no group manager holds (see `OffsetMetadataManager::simple_groups`).
+pub fn simple_group_only_here(shard: &GroupCoordinatorShard, group: &str) -> bool {
+    shard
+        .offsets
+        .is_simple_group_only_here(group, shard.group_type(group).is_some())
 }
 
 /// Kafka's `Group.validateOffsetDelete`: a dead group is not found; a classic group with
@@ -402,9 +409,7 @@ pub fn delete_groups(
             Ok(r) => r,
             // A simple group known only by its offsets: deleted like the empty classic group
             // Kafka keeps for it.
-            Err(ErrorCode::GroupIdNotFound)
-                if shard.group_type(group).is_none() && shard.offsets.offsets.has_group(group) =>
-            {
+            Err(ErrorCode::GroupIdNotFound) if simple_group_only_here(shard, group) => {
                 vec![group_metadata_tombstone(group)]
             }
             Err(e) => {
