@@ -56,7 +56,14 @@ fn protocol_with_most_votes_among_those_all_support_wins() {
     g.add(member("m3", &[("roundrobin", &["t"]), ("sticky", &["t"])]));
     // Only roundrobin is supported by all three.
     assert_eq!(g.select_protocol().as_deref(), Some("roundrobin"));
-    assert!(!g.is_empty() || g.supports_protocols("consumer", &[]) == false);
+    g.transition_to(GroupState::PreparingRebalance, 0);
+    // A non-empty group takes a member only with a protocol every member supports.
+    assert!(!g.supports_protocols("consumer", &[]));
+    let only_sticky = [Protocol {
+        name: "sticky".into(),
+        metadata: Bytes::new(),
+    }];
+    assert!(!g.supports_protocols("consumer", &only_sticky));
 }
 
 #[test]
