@@ -324,9 +324,10 @@ impl ConsumerGroups {
 
         // A new group must move away from epoch 0.
         let mut bump = p.scratch.group_epoch == 0;
+        let subscription_changed = updated.subscription_differs(&member);
         if updated.metadata_differs(&member) || !group.members.contains_key(&member_id) {
             p.push(updated.metadata_record(group_id));
-            bump |= updated.subscription_differs(&member);
+            bump |= subscription_changed;
         }
         if updated.regex() != member.regex() {
             if let Some(r) = updated.regex() {
@@ -404,14 +405,27 @@ impl ConsumerGroups {
         };
 
         // 3. Reconcile the member towards its target.
-        let reconciled = if updated.is_reconciled_to(target_epoch) {
+        let reconciled = if !subscription_changed && updated.is_reconciled_to(target_epoch) {
             updated.clone()
         } else {
             let scratch = &p.scratch;
             let epoch_of = |t: Uuid, part: i32| scratch.current_partition_epoch(t, part);
-            CurrentAssignmentBuilder::new(&updated, target_epoch, &target, &epoch_of, owned)
-                .build()
-                .map_err(|e| GroupError::new(ErrorCode::FencedMemberEpoch, e.to_string()))?
+            let subscribed: BTreeSet<Uuid> = scratch
+                .member_topics(&updated)
+                .iter()
+                .filter_map(|n| image.topic(n).map(|t| t.id))
+                .collect();
+            CurrentAssignmentBuilder::new(
+                &updated,
+                target_epoch,
+                &target,
+                &subscribed,
+                subscription_changed,
+                &epoch_of,
+                owned,
+            )
+            .build()
+            .map_err(|e| GroupError::new(ErrorCode::FencedMemberEpoch, e.to_string()))?
         };
         if reconciled != updated || !group.members.contains_key(&member_id) {
             p.push(reconciled.current_assignment_record(group_id));
@@ -474,6 +488,7 @@ impl ConsumerGroups {
                     // The returning instance gets what the departed one owned.
                     let mut m = ConsumerGroupMember::new(member_id);
                     m.assigned_partitions = e.assigned_partitions.clone();
+                    m.assignment_epochs = e.assignment_epochs.clone();
                     for r in remove_member_records(group_id, &e.member_id) {
                         p.push(r);
                     }

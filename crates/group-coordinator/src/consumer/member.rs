@@ -67,6 +67,9 @@ pub struct ConsumerGroupMember {
     pub server_assignor_name: Option<String>,
     pub assigned_partitions: MemberAssignment,
     pub partitions_pending_revocation: MemberAssignment,
+    /// The member epoch at which each partition it holds (assigned or pending revocation)
+    /// was assigned to it (Kafka 4.4's per-partition assignment epochs).
+    pub assignment_epochs: BTreeMap<(Uuid, i32), i32>,
 }
 
 impl ConsumerGroupMember {
@@ -88,7 +91,16 @@ impl ConsumerGroupMember {
             server_assignor_name: None,
             assigned_partitions: BTreeMap::new(),
             partitions_pending_revocation: BTreeMap::new(),
+            assignment_epochs: BTreeMap::new(),
         }
+    }
+
+    /// The epoch at which the member got the partition (its member epoch when unknown).
+    pub fn assignment_epoch(&self, topic_id: Uuid, partition: i32) -> i32 {
+        self.assignment_epochs
+            .get(&(topic_id, partition))
+            .copied()
+            .unwrap_or(self.member_epoch)
     }
 
     /// Whether the member is stable at `target_epoch` (nothing left to reconcile).
@@ -154,10 +166,9 @@ impl ConsumerGroupMember {
                     member_epoch: self.member_epoch,
                     previous_member_epoch: self.previous_member_epoch,
                     state: self.state.value(),
-                    assigned_partitions: to_record_partitions(&self.assigned_partitions),
-                    partitions_pending_revocation: to_record_partitions(
-                        &self.partitions_pending_revocation,
-                    ),
+                    assigned_partitions: self.to_record_partitions(&self.assigned_partitions),
+                    partitions_pending_revocation: self
+                        .to_record_partitions(&self.partitions_pending_revocation),
                     ..Default::default()
                 },
             )),
@@ -181,9 +192,41 @@ impl ConsumerGroupMember {
         self.member_epoch = v.member_epoch;
         self.previous_member_epoch = v.previous_member_epoch;
         self.state = MemberState::from_value(v.state);
-        self.assigned_partitions = from_record_partitions(&v.assigned_partitions);
+        self.assignment_epochs.clear();
+        self.assigned_partitions = self.read_record_partitions(&v.assigned_partitions);
         self.partitions_pending_revocation =
-            from_record_partitions(&v.partitions_pending_revocation);
+            self.read_record_partitions(&v.partitions_pending_revocation);
+    }
+
+    fn to_record_partitions(&self, a: &MemberAssignment) -> Vec<TopicPartitions> {
+        a.iter()
+            .filter(|(_, p)| !p.is_empty())
+            .map(|(t, p)| TopicPartitions {
+                topic_id: *t,
+                partitions: p.iter().copied().collect(),
+                assignment_epochs: Some(p.iter().map(|p| self.assignment_epoch(*t, *p)).collect()),
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    /// Reads partitions and their assignment epochs (a record without them, from an older
+    /// coordinator, leaves them at the member epoch).
+    fn read_record_partitions(&mut self, v: &[TopicPartitions]) -> MemberAssignment {
+        let mut a: BTreeMap<Uuid, BTreeSet<i32>> = BTreeMap::new();
+        for tp in v {
+            let epochs = tp
+                .assignment_epochs
+                .as_ref()
+                .filter(|e| e.len() == tp.partitions.len());
+            for (i, p) in tp.partitions.iter().enumerate() {
+                a.entry(tp.topic_id).or_default().insert(*p);
+                if let Some(e) = epochs {
+                    self.assignment_epochs.insert((tp.topic_id, *p), e[i]);
+                }
+            }
+        }
+        a
     }
 }
 
@@ -196,27 +239,4 @@ pub fn current_assignment_key(
         member_id: member_id.to_string(),
         ..Default::default()
     }
-}
-
-fn to_record_partitions(a: &MemberAssignment) -> Vec<TopicPartitions> {
-    a.iter()
-        .filter(|(_, p)| !p.is_empty())
-        .map(|(t, p)| TopicPartitions {
-            topic_id: *t,
-            partitions: p.iter().copied().collect(),
-            ..Default::default()
-        })
-        .collect()
-}
-
-fn from_record_partitions(v: &[TopicPartitions]) -> MemberAssignment {
-    let mut a: BTreeMap<Uuid, BTreeSet<i32>> = BTreeMap::new();
-    for tp in v {
-        if !tp.partitions.is_empty() {
-            a.entry(tp.topic_id)
-                .or_default()
-                .extend(tp.partitions.iter().copied());
-        }
-    }
-    a
 }
