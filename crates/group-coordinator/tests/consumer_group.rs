@@ -612,3 +612,71 @@ async fn offset_commits_and_listing_follow_the_member_epoch() {
         .expect("write");
     assert_eq!(del, Err(ErrorCode::NonEmptyGroup));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_append_leaves_the_group_as_it_was() {
+    let mem = MemPartitions::new();
+    let svc = service(
+        &mem,
+        Default::default(),
+        GroupMetadataImage::new([topic("t", 4)]),
+    )
+    .await;
+    let mut a = Client::new("member-a", &["t"]);
+    a.heartbeat(&svc).await;
+    let before = describe(&svc).await;
+    let log_len = mem.records(&svc.topic_partition(GROUP)).len();
+    // B's join fails to append: nothing of it may remain.
+    *mem.fail_next.lock() = Some(ErrorCode::NotEnoughReplicas);
+    let b = Client::new("member-b", &["t"]);
+    let r = svc.consumer_group_heartbeat(&ctx(1), b.request()).await;
+    assert_eq!(r.error_code, ErrorCode::CoordinatorNotAvailable.code());
+    assert_eq!(describe(&svc).await, before);
+    assert_eq!(mem.records(&svc.topic_partition(GROUP)).len(), log_len);
+    // A is undisturbed, and B can join on retry.
+    let ra = a.heartbeat(&svc).await;
+    assert_eq!((ra.member_epoch, a.count()), (1, 4));
+    let mut b = b;
+    let rb = b.heartbeat(&svc).await;
+    assert_eq!(rb.member_epoch, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_that_does_not_revoke_within_the_rebalance_timeout_is_fenced() {
+    let mem = MemPartitions::new();
+    let svc = service(
+        &mem,
+        Default::default(),
+        GroupMetadataImage::new([topic("t", 4)]),
+    )
+    .await;
+    let mut a = Client::new("member-a", &["t"]);
+    a.heartbeat(&svc).await;
+    let mut b = Client::new("member-b", &["t"]);
+    b.heartbeat(&svc).await;
+    // A is asked to revoke but keeps reporting everything it had.
+    let all = a.owned.clone();
+    a.heartbeat(&svc).await;
+    assert_eq!(a.count(), 2);
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        // A stuck client: whatever the coordinator answers, it still holds everything.
+        a.owned = all.clone();
+        let r = a.heartbeat(&svc).await;
+        assert_eq!(r.member_epoch, 1, "A stays at its epoch until it revokes");
+        b.heartbeat(&svc).await;
+    }
+    a.owned = all;
+    assert_eq!(
+        b.count(),
+        0,
+        "nothing of A's is given away while A holds it"
+    );
+    // Past its 30 s rebalance timeout A is removed, and B gets everything.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let r = svc.consumer_group_heartbeat(&ctx(1), a.request()).await;
+    assert_eq!(r.error_code, ErrorCode::UnknownMemberId.code());
+    a.owned.clear();
+    converge(&svc, &mut [&mut b]).await;
+    assert_eq!(b.count(), 4);
+}
