@@ -152,7 +152,9 @@ fn scenario(rng: &mut Rng, kind: Kind) -> Vec<(Case, Result<GroupAssignment, Ass
     let mut member_ids: Vec<String> = (0..1 + rng.below(8) as usize)
         .map(|n| random_member_id(rng, n))
         .collect();
-    let homogeneous = kind == Kind::Uniform || rng.chance(50);
+    // Uniform takes both paths (homogeneous and heterogeneous builders); range mostly
+    // heterogeneous.
+    let homogeneous = rng.chance(50);
     let pick_topics = |rng: &mut Rng, topics: &[(Uuid, i32)]| -> BTreeSet<Uuid> {
         let mut s: BTreeSet<Uuid> = topics
             .iter()
@@ -370,14 +372,22 @@ fn assignors_equal_kafka_4_4() {
     assert_eq!(answers.len(), cases.len(), "one answer per case");
 
     let (mut compared, mut uniform, mut range, mut errors, mut sticky) = (0, 0, 0, 0, 0);
+    let mut uniform_heterogeneous = 0;
     for (i, ((case, ours), answer)) in cases.iter().zip(&answers).enumerate() {
         let theirs = parse_answer(answer);
         match (ours, &theirs) {
-            (Ok(a), Ok(b)) => assert_eq!(
-                a, b,
-                "case {i} ({:?}) differs from Kafka: {}",
-                case.kind, questions[i]
-            ),
+            (Ok(a), Ok(b)) => {
+                assert_eq!(
+                    a, b,
+                    "case {i} ({:?}) differs from Kafka: {}",
+                    case.kind, questions[i]
+                );
+                let heterogeneous = GroupSpec::new(case.members.clone())
+                    .is_ok_and(|g| g.subscription_type() == SubscriptionType::Heterogeneous);
+                if case.kind == Kind::Uniform && heterogeneous {
+                    uniform_heterogeneous += 1;
+                }
+            }
             (Err(_), Err(_)) => errors += 1,
             _ => panic!(
                 "case {i} ({:?}): Strom {ours:?}, Kafka {theirs:?}: {}",
@@ -395,7 +405,12 @@ fn assignors_equal_kafka_4_4() {
     }
     eprintln!(
         "compared {compared} cases with Kafka 4.4 ({uniform} uniform, {range} range, \
-         {sticky} with current assignments, {errors} failing on both sides)"
+         {sticky} with current assignments, {errors} failing on both sides, \
+         {uniform_heterogeneous} uniform with heterogeneous subscriptions)"
+    );
+    assert!(
+        uniform_heterogeneous >= 500,
+        "only {uniform_heterogeneous} heterogeneous uniform cases"
     );
     assert_eq!(compared, SCENARIOS * ROUNDS);
     assert!(

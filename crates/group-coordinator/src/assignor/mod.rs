@@ -18,6 +18,7 @@
 mod java_order;
 mod range;
 mod uniform;
+mod uniform_heterogeneous;
 
 pub use range::RangeAssignor;
 pub use uniform::UniformAssignor;
@@ -53,8 +54,6 @@ pub enum AssignorError {
         first: String,
         second: String,
     },
-    #[error("the {0} assignor does not support heterogeneous subscriptions yet")]
-    HeterogeneousUnsupported(&'static str),
 }
 
 /// Kafka's `SubscriptionType`: whether every member subscribes to the same topics.

@@ -33,7 +33,7 @@ impl ConsumerGroupPartitionAssignor for UniformAssignor {
         match group.subscription_type() {
             SubscriptionType::Homogeneous => assign_homogeneous(group, topics),
             SubscriptionType::Heterogeneous => {
-                Err(AssignorError::HeterogeneousUnsupported(Self::NAME))
+                super::uniform_heterogeneous::assign_heterogeneous(group, topics)
             }
         }
     }
