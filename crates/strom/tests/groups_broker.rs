@@ -168,6 +168,47 @@ fn find_coordinator_creates_the_offsets_topic_on_a_single_node() {
         "{configs:?}"
     );
 
+    // The broker's group coordinator settings, at Kafka's defaults and types.
+    let mut c = connect(port);
+    let d: DescribeConfigsResponse = raw_call(
+        &mut c,
+        ApiKey::DescribeConfigs,
+        4,
+        &DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(4)
+            .with_resource_name(s("1"))
+            .with_configuration_keys(Some(vec![
+                s("offsets.topic.num.partitions"),
+                s("offsets.topic.replication.factor"),
+                s("group.consumer.assignors"),
+            ]))]),
+    );
+    let got: Vec<(String, String, i8, i8)> = d.results[0]
+        .configs
+        .iter()
+        .map(|c| {
+            (
+                c.name.to_string(),
+                c.value.as_deref().unwrap_or("").to_string(),
+                c.config_source,
+                c.config_type,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                "group.consumer.assignors".into(),
+                "uniform,range".into(),
+                5,
+                7
+            ),
+            ("offsets.topic.num.partitions".into(), "50".into(), 5, 3),
+            ("offsets.topic.replication.factor".into(), "3".into(), 5, 4),
+        ]
+    );
+
     // A client may not write the coordinator's log (Kafka: INVALID_TOPIC_EXCEPTION).
     let mut c = connect(port);
     let p: ProduceResponse = raw_call(

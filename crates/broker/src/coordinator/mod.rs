@@ -160,6 +160,32 @@ pub fn group_metadata_image(image: &MetadataImage) -> GroupMetadataImage {
     }))
 }
 
+/// The group coordinator's broker settings that Strom reads, with Kafka 4.4's types
+/// (`ConfigEntry.ConfigType` numbering: 3 INT, 4 SHORT, 5 LONG, 7 LIST, 2 STRING) and defaults
+/// (`GroupCoordinatorConfig.CONFIG_DEF`, equal to `GroupCoordinatorConfig::default()`), for
+/// DescribeConfigs of the broker.
+pub const BROKER_CONFIGS: &[(&str, i8, &str)] = &[
+    ("group.consumer.assignors", 7, "uniform,range"),
+    ("group.consumer.heartbeat.interval.ms", 3, "5000"),
+    ("group.consumer.max.heartbeat.interval.ms", 3, "15000"),
+    ("group.consumer.max.session.timeout.ms", 3, "60000"),
+    ("group.consumer.max.size", 3, "2147483647"),
+    ("group.consumer.migration.policy", 2, "bidirectional"),
+    ("group.consumer.min.heartbeat.interval.ms", 3, "5000"),
+    ("group.consumer.min.session.timeout.ms", 3, "45000"),
+    ("group.consumer.session.timeout.ms", 3, "45000"),
+    ("group.initial.rebalance.delay.ms", 3, "3000"),
+    ("group.max.session.timeout.ms", 3, "1800000"),
+    ("group.max.size", 3, "2147483647"),
+    ("group.min.session.timeout.ms", 3, "6000"),
+    ("offset.metadata.max.bytes", 3, "4096"),
+    ("offsets.commit.timeout.ms", 3, "5000"),
+    ("offsets.retention.check.interval.ms", 5, "600000"),
+    ("offsets.topic.num.partitions", 3, "50"),
+    ("offsets.topic.replication.factor", 4, "3"),
+    ("offsets.topic.segment.bytes", 3, "104857600"),
+];
+
 /// `__consumer_offsets` as Kafka's `AutoTopicCreationManager` creates it: the configured
 /// partition count, the configured replication factor but at most the brokers that can host a
 /// replica now (so a single node gets a usable topic), compacted, with the configured segment

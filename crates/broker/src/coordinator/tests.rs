@@ -368,3 +368,16 @@ fn the_topics_image_carries_partition_counts_and_replica_racks() {
     assert!(racks(1).is_empty());
     assert_eq!(racks(2), vec!["r1", "r3"]);
 }
+
+/// The defaults DescribeConfigs shows are the ones the coordinator runs with.
+#[test]
+fn described_defaults_are_the_coordinators_defaults() {
+    let props: BTreeMap<String, String> = BROKER_CONFIGS
+        .iter()
+        .map(|(k, _, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(
+        GroupCoordinatorConfig::from_props(&props),
+        GroupCoordinatorConfig::default()
+    );
+}
