@@ -76,6 +76,27 @@ const KNOWN_BROKER_KEYS: &[&str] = &[
     "max.connections",
     "max.connections.per.ip",
     "max.connections.per.ip.overrides",
+    // The group coordinator's (read by `GroupCoordinatorConfig::from_props`).
+    "offsets.topic.num.partitions",
+    "offsets.topic.replication.factor",
+    "offsets.topic.segment.bytes",
+    "offsets.retention.ms",
+    "offsets.retention.check.interval.ms",
+    "offsets.commit.timeout.ms",
+    "offset.metadata.max.bytes",
+    "group.initial.rebalance.delay.ms",
+    "group.min.session.timeout.ms",
+    "group.max.session.timeout.ms",
+    "group.max.size",
+    "group.consumer.session.timeout.ms",
+    "group.consumer.min.session.timeout.ms",
+    "group.consumer.max.session.timeout.ms",
+    "group.consumer.heartbeat.interval.ms",
+    "group.consumer.min.heartbeat.interval.ms",
+    "group.consumer.max.heartbeat.interval.ms",
+    "group.consumer.max.size",
+    "group.consumer.assignors",
+    "group.consumer.migration.policy",
 ];
 
 #[derive(Debug, Clone)]
@@ -432,6 +453,7 @@ impl BrokerConfig {
             producer_id_expiration_ms: self.producer_id_expiration_ms,
             ..LogConfig::default()
         };
+        let mut delete_policy = true;
         for (def, v, _) in self.effective_topic_configs(overrides) {
             let int = || v.trim().parse::<i64>().unwrap_or(0);
             match def.name {
@@ -445,6 +467,7 @@ impl BrokerConfig {
                 "flush.messages" => c.flush_interval_messages = int(),
                 "flush.ms" => c.flush_ms = int(),
                 "file.delete.delay.ms" => c.file_delete_delay_ms = int(),
+                "cleanup.policy" => delete_policy = v.split(',').any(|p| p.trim() == "delete"),
                 "message.timestamp.type" => {
                     c.message_timestamp_type = if v == "LogAppendTime" {
                         TimestampType::LogAppendTime
@@ -454,6 +477,13 @@ impl BrokerConfig {
                 }
                 _ => {}
             }
+        }
+        // Kafka applies retention by time and size only to topics whose cleanup policy has
+        // `delete`; a compacted-only topic (the internal ones) keeps its segments until the
+        // cleaner, which Strom does not have yet, compacts them.
+        if !delete_policy {
+            c.retention_ms = -1;
+            c.retention_bytes = -1;
         }
         c
     }
@@ -675,6 +705,20 @@ mod tests {
         assert_eq!(c.log_config(&over).retention_ms, 7);
         assert_eq!(c.num_partitions, 1);
         assert!(c.auto_create_topics_enable);
+    }
+
+    #[test]
+    fn compacted_topics_are_not_deleted_by_retention() {
+        let c = cfg(&[("log.retention.ms", "5"), ("log.retention.bytes", "100")]).unwrap();
+        let over = |policy: &str| -> BTreeMap<String, String> {
+            [("cleanup.policy".to_string(), policy.to_string())].into()
+        };
+        let lc = c.log_config(&over("compact"));
+        assert_eq!((lc.retention_ms, lc.retention_bytes), (-1, -1));
+        let lc = c.log_config(&over("compact,delete"));
+        assert_eq!((lc.retention_ms, lc.retention_bytes), (5, 100));
+        let lc = c.log_config(&BTreeMap::new());
+        assert_eq!((lc.retention_ms, lc.retention_bytes), (5, 100));
     }
 
     #[test]

@@ -239,6 +239,16 @@ impl ControllerChannel {
                     .with_name(TopicName(StrBytes::from_string(s.name.clone())))
                     .with_num_partitions(s.num_partitions)
                     .with_replication_factor(s.replication_factor)
+                    .with_configs(
+                        s.configs
+                            .iter()
+                            .map(|(k, v)| {
+                                create_topics_request::CreatableTopicConfig::default()
+                                    .with_name(StrBytes::from_string(k.clone()))
+                                    .with_value(v.clone().map(StrBytes::from_string))
+                            })
+                            .collect(),
+                    )
             })
             .collect();
         let req = CreateTopicsRequest::default()

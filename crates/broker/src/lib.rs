@@ -13,6 +13,7 @@
 pub mod config;
 pub mod connection;
 pub mod controller_channel;
+pub mod coordinator;
 pub mod directory_assignments;
 pub mod handlers;
 pub mod inter_broker;

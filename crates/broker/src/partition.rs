@@ -154,6 +154,13 @@ struct PartitionState {
     removed: bool,
 }
 
+/// Told when a leader's high watermark moves (the group coordinator completes the responses
+/// waiting for their records to commit). Called with no lock of the partition held, from
+/// whatever thread moved the HW: it must only queue, never block.
+pub trait HighWatermarkListener: Send + Sync {
+    fn on_high_watermark(&self, topic: &str, partition: i32, high_watermark: i64);
+}
+
 /// Kafka's `LogDeleteRecordsResult`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogDeleteRecordsResult {
@@ -172,6 +179,8 @@ pub struct Partition {
     /// Where ISR changes go (set by the replica manager); without one none are proposed.
     alter_partition_sender: Mutex<Option<Arc<dyn AlterPartitionSender>>>,
     delayed: Arc<DelayedOperations>,
+    /// Told after every move of this leader's HW (set for coordinator partitions).
+    hw_listener: Mutex<Option<Arc<dyn HighWatermarkListener>>>,
     published: Published,
     /// Reads the log without its mutex (segments are append-only; the reader is bounded by
     /// what the writer has published), so a fetch never waits for an append or blocks one.
@@ -215,6 +224,22 @@ impl Partition {
             }),
             alter_partition_sender: Mutex::new(None),
             delayed: Arc::new(DelayedOperations::default()),
+            hw_listener: Mutex::new(None),
+        }
+    }
+
+    /// Sets (or clears) who is told when this leader's HW moves.
+    pub fn set_high_watermark_listener(&self, listener: Option<Arc<dyn HighWatermarkListener>>) {
+        *self.hw_listener.lock() = listener;
+    }
+
+    /// After the HW moved, with every lock of the partition released: tells the listener the
+    /// HW as published now (it only goes up while this replica leads, so a late call with an
+    /// older value cannot be told after a newer one of the same leadership).
+    fn notify_high_watermark(&self) {
+        let listener = self.hw_listener.lock().clone();
+        if let Some(l) = listener {
+            l.on_high_watermark(&self.topic, self.index, self.high_watermark());
         }
     }
 
@@ -359,6 +384,7 @@ impl Partition {
         if hw_moved {
             tracing::debug!(topic = %self.topic, partition = self.index, isr = ?reg.isr, hw,
                 "high watermark moved on a registration change");
+            self.notify_high_watermark();
         }
         // Waiting produces re-check ISR and leadership, fetches and deletes their leader.
         self.delayed.check_and_complete_all(&self.key);
@@ -499,6 +525,7 @@ impl Partition {
             (info, moved)
         };
         if hw_moved {
+            self.notify_high_watermark();
             self.delayed.check_and_complete_all(&self.key);
         } else {
             // Followers long-polling for new data.
@@ -609,6 +636,9 @@ impl Partition {
         };
         if let Some(p) = proposal {
             self.submit(p);
+        }
+        if hw_moved {
+            self.notify_high_watermark();
         }
         if hw_moved || lw_moved {
             self.delayed.check_and_complete_all(&self.key);

@@ -68,6 +68,8 @@ pub struct Broker {
     pub metadata_loader: Arc<MetadataLoader>,
     /// This broker's connections to other nodes (controller channel, replica fetchers).
     pub inter_broker: Arc<InterBrokerClient>,
+    /// The group coordinator: shards for the `__consumer_offsets` partitions this broker leads.
+    pub group_coordinator: Arc<strom_group_coordinator::GroupCoordinatorService>,
     /// Requests being handled, so that shutdown closes the logs only after the last of them
     /// (no append after the clean-shutdown marker).
     pub(crate) in_flight: crate::connection::InFlight,
@@ -320,6 +322,15 @@ impl Server {
             replica_manager.clone(),
             Arc::new(ImageHolder(metadata.clone())),
         ]));
+        // The group coordinator follows the metadata after the replica manager (an elected
+        // offsets partition is already leader here when it loads).
+        let group_coordinator =
+            crate::coordinator::start_group_coordinator(&config.props, &replica_manager);
+        metadata_loader.install(crate::coordinator::GroupCoordinatorPublisher::new(
+            config.node_id,
+            group_coordinator.clone(),
+            replica_manager.clone(),
+        ));
         controller.set_publisher(metadata_loader.sink());
         metadata_loader.caught_up().await;
         if config.controller_quorum.is_none() {
@@ -357,6 +368,7 @@ impl Server {
             metadata,
             metadata_loader,
             inter_broker,
+            group_coordinator,
             in_flight: crate::connection::InFlight::default(),
         });
         // Kafka connections on the controller listener wait for this.
@@ -448,6 +460,12 @@ impl Server {
         }
         if let Some(r) = self.broker.replica_manager.replication() {
             r.fetchers.shutdown().await;
+        }
+        // The coordinator shards go first: requests held by them (a JoinGroup waiting for its
+        // rebalance) answer NOT_COORDINATOR now instead of holding up the wait below, and no
+        // shard appends once the logs close.
+        for (partition, _) in self.broker.group_coordinator.partitions() {
+            self.broker.group_coordinator.on_resigned(partition, None);
         }
         // Connections take no new request once stopped; wait for the ones being handled (a
         // long-poll fetch or an acks=all produce ends at its own timeout; bounded anyway).

@@ -537,7 +537,9 @@ impl QuorumController {
     ) -> Result<(CreatedTopic, Vec<MetadataRecord>), ControllerError> {
         let name = &spec.name;
         names::validate(name).map_err(ControllerError::InvalidTopic)?;
-        if names::is_internal(name) {
+        // Only the metadata topic (Kafka's `ControllerApis.createTopics`): the group and
+        // transaction topics are created through here on first use, and may be by an admin.
+        if name == names::METADATA_TOPIC {
             return Err(ControllerError::InvalidRequest(format!(
                 "Creation of internal topic {name} is prohibited."
             )));
@@ -565,7 +567,7 @@ impl QuorumController {
                     "Null value not supported for topic configs: {k}"
                 )));
             };
-            topic_config::validate(k, v).map_err(ControllerError::InvalidConfig)?;
+            topic_config::validate_for_topic(name, k, v).map_err(ControllerError::InvalidConfig)?;
             configs.insert(k.clone(), v.clone());
         }
         let assignment = if spec.assignments.is_empty() {

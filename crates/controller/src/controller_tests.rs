@@ -72,7 +72,7 @@ fn create_errors_follow_kafka() {
     assert_eq!(code(spec("a.b", 1)), 36);
     assert_eq!(code(spec("a_b", 1)), 17);
     assert_eq!(code(spec("bad name", 1)), 17);
-    assert_eq!(code(spec("__consumer_offsets", 1)), 42);
+    assert_eq!(code(spec("__cluster_metadata", 1)), 42);
     assert_eq!(code(spec("x", 0)), 37);
     assert_eq!(
         code(CreateTopicSpec {

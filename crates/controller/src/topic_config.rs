@@ -201,9 +201,32 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// [`validate`] for a config of `topic`: the internal topics (`__consumer_offsets`,
+/// `__transaction_state`) are compacted, as Kafka creates them, so `cleanup.policy=compact`
+/// is accepted for them alone. Nothing deletes their segments by retention (the log cleaner
+/// comes with compaction; see the broker's `log_config`).
+pub fn validate_for_topic(topic: &str, name: &str, value: &str) -> Result<(), String> {
+    if name == "cleanup.policy"
+        && crate::names::INTERNAL_TOPICS.contains(&topic)
+        && value.split(',').map(str::trim).all(|v| v == "compact")
+    {
+        return Ok(());
+    }
+    validate(name, value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn internal_topics_may_be_compacted() {
+        assert!(validate_for_topic("__consumer_offsets", "cleanup.policy", "compact").is_ok());
+        assert!(validate_for_topic("__transaction_state", "cleanup.policy", "compact").is_ok());
+        assert!(validate_for_topic("orders", "cleanup.policy", "compact").is_err());
+        assert!(validate_for_topic("__consumer_offsets", "cleanup.policy", "delete").is_ok());
+        assert!(validate_for_topic("__consumer_offsets", "segment.bytes", "x").is_err());
+    }
 
     #[test]
     fn validates() {

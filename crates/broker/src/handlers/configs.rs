@@ -90,20 +90,26 @@ pub fn describe_configs(
                             .with_error_code(ErrorCode::InvalidRequest.code())
                             .with_error_message(Some(str_bytes("Unexpected broker id")));
                     }
-                    let props: BTreeMap<&String, &String> = broker.config.props.iter().collect();
-                    let configs = props
+                    // The properties set, plus the group coordinator's settings at their
+                    // defaults (typed as Kafka types them).
+                    let mut all: BTreeMap<&str, (&str, ConfigSource, i8)> = broker
+                        .config
+                        .props
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), (v.as_str(), ConfigSource::StaticBroker, 2)))
+                        .collect();
+                    for &(k, ty, default) in crate::coordinator::BROKER_CONFIGS {
+                        all.entry(k).and_modify(|e| e.2 = ty).or_insert((
+                            default,
+                            ConfigSource::Default,
+                            ty,
+                        ));
+                    }
+                    let configs = all
                         .into_iter()
                         .filter(|(k, _)| wanted(k))
-                        .map(|(k, v)| {
-                            entry(
-                                k,
-                                v,
-                                ConfigSource::StaticBroker,
-                                2,
-                                Vec::new(),
-                                version,
-                                None,
-                            )
+                        .map(|(k, (v, source, ty))| {
+                            entry(k, v, source, ty, Vec::new(), version, None)
                         })
                         .collect();
                     res.with_configs(configs)

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use strom_controller::{names, CreateTopicSpec, MetadataImage, TopicImage};
+use strom_group_coordinator::topic::GROUP_METADATA_TOPIC_NAME;
 use strom_protocol::kafka::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -39,14 +40,23 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
                 .iter()
                 .filter_map(|t| t.name.as_ref())
                 .map(|n| n.0.as_str())
-                .filter(|n| {
-                    image.topic(n).is_none() && names::validate(n).is_ok() && !names::is_internal(n)
-                })
-                .map(|n| CreateTopicSpec {
-                    name: n.to_string(),
-                    num_partitions: -1,
-                    replication_factor: -1,
-                    ..Default::default()
+                .filter(|n| image.topic(n).is_none() && names::validate(n).is_ok())
+                .filter_map(|n| {
+                    // Kafka's `AutoTopicCreationManager`: the group topic with the group
+                    // coordinator's settings; the other internal topics only by their own
+                    // coordinators (none for transactions yet).
+                    if n == GROUP_METADATA_TOPIC_NAME {
+                        return Some(crate::coordinator::offsets_topic_spec(
+                            broker.group_coordinator.config(),
+                            &image,
+                        ));
+                    }
+                    (!names::is_internal(n)).then(|| CreateTopicSpec {
+                        name: n.to_string(),
+                        num_partitions: -1,
+                        replication_factor: -1,
+                        ..Default::default()
+                    })
                 })
                 .collect();
             if !missing.is_empty() {

@@ -10,6 +10,8 @@ mod delete_records;
 mod describe_cluster;
 mod elect_leaders;
 mod fetch;
+mod find_coordinator;
+mod groups;
 mod init_producer_id;
 mod internal;
 mod list_offsets;

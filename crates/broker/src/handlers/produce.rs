@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use strom_controller::CreateTopicSpec;
+use strom_controller::{names, CreateTopicSpec};
 use strom_protocol::batch::{BatchError, BatchIter};
 use strom_protocol::kafka::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
@@ -28,13 +28,32 @@ type PendingAck = (usize, usize, Arc<Partition>, i64);
 
 /// Produce; with acks=all the response waits (at most the request's `timeout_ms`) until each
 /// partition's HW passes its append, woken by follower fetches (Kafka's `DelayedProduce`).
+#[cfg(test)]
 pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> ProduceResponse {
+    handle_for_client(broker, req, version, false).await
+}
+
+/// Kafka's admin client id: only its produce requests may write the internal topics
+/// (`AdminUtils.ADMIN_CLIENT_ID`, checked by `KafkaApis` as `internalTopicsAllowed`).
+pub const ADMIN_CLIENT_ID: &str = "__admin_client";
+
+/// [`handle`], where `internal_topics_allowed` says whether the internal topics
+/// (`__consumer_offsets`, `__transaction_state`) may be written: they belong to their
+/// coordinators, and a client's batch there would corrupt a coordinator's log.
+pub async fn handle_for_client(
+    broker: &Arc<Broker>,
+    req: ProduceRequest,
+    version: i16,
+    internal_topics_allowed: bool,
+) -> ProduceResponse {
     if matches!(req.acks, -1..=1) && broker.config.auto_create_topics_enable {
         let image = broker.image();
         let missing: Vec<CreateTopicSpec> = req
             .topic_data
             .iter()
             .filter(|t| image.topic(t.name.0.as_str()).is_none())
+            // The internal topics are created by their coordinators, with their own settings.
+            .filter(|t| !names::is_internal(t.name.0.as_str()))
             .map(|t| CreateTopicSpec {
                 name: t.name.0.to_string(),
                 num_partitions: -1,
@@ -47,7 +66,7 @@ pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
         }
     }
     let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
-    let (mut resp, pending) = append_all(broker, req, version);
+    let (mut resp, pending) = append_all(broker, req, version, internal_topics_allowed);
     if pending.is_empty() {
         return resp;
     }
@@ -66,6 +85,7 @@ fn append_all(
     broker: &Arc<Broker>,
     req: ProduceRequest,
     version: i16,
+    internal_topics_allowed: bool,
 ) -> (ProduceResponse, Vec<PendingAck>) {
     let acks_all = req.acks == -1;
     let mut pending: Vec<PendingAck> = Vec::new();
@@ -89,6 +109,11 @@ fn append_all(
                         .with_log_start_offset(-1);
                     if !acks_ok {
                         return resp.with_error_code(ErrorCode::InvalidRequiredAcks.code());
+                    }
+                    if !internal_topics_allowed && names::is_internal(&name) {
+                        return resp
+                            .with_error_code(ErrorCode::InvalidTopicException.code())
+                            .with_error_message(Some(str_bytes(&format!("Cannot append to internal topic {name}"))));
                     }
                     let partition = match broker.replica_manager.get_partition_or_error(&name, pd.index) {
                         Ok(p) => p,

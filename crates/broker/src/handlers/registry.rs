@@ -147,7 +147,8 @@ fn produce<'a>(
     Box::pin(async move {
         let req: ProduceRequest = decode_body(&mut body, ctx)?;
         let acks = req.acks;
-        let resp = produce::handle(broker, req, ctx.api_version).await;
+        let internal_allowed = ctx.client_id() == produce::ADMIN_CLIENT_ID;
+        let resp = produce::handle_for_client(broker, req, ctx.api_version, internal_allowed).await;
         if acks == 0 {
             let failed = resp
                 .responses
@@ -324,6 +325,125 @@ pub static REGISTRY: &[ApiEntry] = &[
         forward = true,
         ListPartitionReassignmentsRequest,
         |b, ctx, req, v| reassignments::list(b, req).await
+    ),
+    // The group coordinator's APIs, at Kafka 4.4's ranges (OffsetCommit, OffsetFetch and
+    // DeleteGroups clamped to what the generated structs decode).
+    api!(
+        FindCoordinator,
+        0,
+        6,
+        BROKER,
+        forward = false,
+        FindCoordinatorRequest,
+        |b, ctx, req, v| find_coordinator::handle(b, req, v).await
+    ),
+    api!(
+        JoinGroup,
+        0,
+        9,
+        BROKER,
+        forward = false,
+        JoinGroupRequest,
+        |b, ctx, req, v| groups::join_group(b, ctx, req).await
+    ),
+    api!(
+        SyncGroup,
+        0,
+        5,
+        BROKER,
+        forward = false,
+        SyncGroupRequest,
+        |b, ctx, req, v| groups::sync_group(b, ctx, req).await
+    ),
+    api!(
+        Heartbeat,
+        0,
+        4,
+        BROKER,
+        forward = false,
+        HeartbeatRequest,
+        |b, ctx, req, v| groups::heartbeat(b, ctx, req).await
+    ),
+    api!(
+        LeaveGroup,
+        0,
+        5,
+        BROKER,
+        forward = false,
+        LeaveGroupRequest,
+        |b, ctx, req, v| groups::leave_group(b, ctx, req).await
+    ),
+    api!(
+        OffsetCommit,
+        2,
+        9,
+        BROKER,
+        forward = false,
+        OffsetCommitRequest,
+        |b, ctx, req, v| groups::offset_commit(b, ctx, req).await
+    ),
+    api!(
+        OffsetFetch,
+        1,
+        9,
+        BROKER,
+        forward = false,
+        OffsetFetchRequest,
+        |b, ctx, req, v| groups::offset_fetch(b, ctx, req).await
+    ),
+    api!(
+        DescribeGroups,
+        0,
+        6,
+        BROKER,
+        forward = false,
+        DescribeGroupsRequest,
+        |b, ctx, req, v| groups::describe_groups(b, ctx, req).await
+    ),
+    api!(
+        ListGroups,
+        0,
+        5,
+        BROKER,
+        forward = false,
+        ListGroupsRequest,
+        |b, ctx, req, v| groups::list_groups(b, ctx, req).await
+    ),
+    api!(
+        DeleteGroups,
+        0,
+        2,
+        BROKER,
+        forward = false,
+        DeleteGroupsRequest,
+        |b, ctx, req, v| groups::delete_groups(b, ctx, req).await
+    ),
+    api!(
+        OffsetDelete,
+        0,
+        0,
+        BROKER,
+        forward = false,
+        OffsetDeleteRequest,
+        |b, ctx, req, v| groups::offset_delete(b, ctx, req).await
+    ),
+    api!(
+        ConsumerGroupHeartbeat,
+        0,
+        1,
+        BROKER,
+        forward = false,
+        ConsumerGroupHeartbeatRequest,
+        |b, ctx, req, v| groups::consumer_group_heartbeat(b, ctx, req).await
+    ),
+    api!(
+        ConsumerGroupDescribe,
+        0,
+        1,
+        BROKER,
+        forward = false,
+        ConsumerGroupDescribeRequest,
+        |b, ctx, req, v| groups::consumer_group_describe(b, ctx, req).await
     ),
     // Broker-to-controller APIs: controller listeners only.
     api!(
