@@ -145,11 +145,13 @@ def test_static_restart_with_rebalance_is_reported():
     assert rep.ok, text
     # a generation bump, different partitions, and another member rebalanced
     bad = [e for e in ev if e.get("member") != "s1#2"] + [assigned("s1#2", [0, 1], 30, gen=6),
-                                                          revoked("o", [1], 25)]
+                                                          revoked("o", [1], 25),
+                                                          rec("o", 1, 0, 26, gen=6)]
     rep, text = errors(bad)
     assert "static member s1 owned [0], restarted as s1#2 it got [0, 1]" in text
     assert "generation 5 became 6" in text
     assert "static restart of s1: o saw revoked [1] at 25" in text
+    assert "static restart of s1: o went from generation 5 to 6 at 26" in text
 
 
 def test_load_run_reads_all_reports(tmp_path):
