@@ -23,7 +23,6 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
-import java.util.concurrent.CountDownLatch;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -44,6 +43,7 @@ public class GroupWorker {
     private final KafkaConsumer<String, String> consumer;
     // partition -> next offset to commit (processed but not yet committed)
     private final Map<Integer, Long> pending = new HashMap<>();
+    private int lastGen = -1;
 
     GroupWorker(JsonNode cfg) throws IOException {
         member = cfg.get("member").asText();
@@ -177,6 +177,13 @@ public class GroupWorker {
         try {
             while (!stop) {
                 ConsumerRecords<String, String> recs = consumer.poll(Duration.ofMillis(500));
+                int gen = consumer.groupMetadata().generationId();
+                if (gen != lastGen) {
+                    // generation changes that come with no (non-empty) callback, e.g. the
+                    // second round of a cooperative rebalance or a KIP-848 epoch bump
+                    lastGen = gen;
+                    report("generation", node().put("gen", gen));
+                }
                 for (ConsumerRecord<String, String> r : recs) {
                     ObjectNode n = withGen(node());
                     n.put("partition", r.partition()).put("offset", r.offset()).put("key", r.key());
@@ -200,20 +207,14 @@ public class GroupWorker {
             System.exit(2);
         }
         GroupWorker w = new GroupWorker(JSON.readTree(args[0]));
-        CountDownLatch done = new CountDownLatch(1);
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+        // SIGTERM is handled, not left to the JVM's shutdown, so that the clean close runs on
+        // the main thread and the process exits 0 like the other harnesses (a shutdown hook
+        // would exit 143)
+        sun.misc.Signal.handle(new sun.misc.Signal("TERM"), sig -> {
             stop = true;
             w.consumer.wakeup();
-            try {
-                done.await();
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
-        }));
-        try {
-            w.run();
-        } finally {
-            done.countDown();
-        }
+        });
+        w.run();
+        System.exit(0);
     }
 }

@@ -97,8 +97,13 @@ def run_kafka_python(cfg, report):
 
     c.subscribe([topic], listener=Listener())
     report("start")
+    last_gen = None
     while not stop:
         batch = c.poll(timeout_ms=500)
+        g = gen()
+        if g != last_gen:  # a generation change that came with no callback
+            last_gen = g
+            report("generation", gen=g)
         for tp, msgs in batch.items():
             for m in msgs:
                 report("record", gen=gen(), partition=tp.partition, offset=m.offset,
@@ -175,8 +180,13 @@ def run_confluent(cfg, report):
 
     c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
     report("start")
+    last_gen = None
     while not stop:
         msgs = c.consume(num_messages=cfg["max_poll_records"], timeout=0.5)
+        g = cgmd_generation(c)
+        if g != last_gen:  # a generation change that came with no callback
+            last_gen = g
+            report("generation", gen=g)
         for m in msgs:
             if m.error():
                 continue  # partition EOF and transient errors: librdkafka retries
