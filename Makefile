@@ -84,7 +84,8 @@ groups-deps: kafka-ref-fetch
 	npm ci --prefix tests/groups/node --no-audit --no-fund --loglevel=error
 
 test-groups: $(STROM_DEP) venv groups-deps
-	$(VENV)/bin/python -m pytest tests/python/test_groups_checker.py tests/python/test_groups_matrix.py
+	$(VENV)/bin/python -m pytest tests/python/test_groups_checker.py tests/python/test_groups_matrix.py \
+	  -rA -o log_level=WARNING --durations=0
 
 test-java: $(STROM_DEP)
 	@# Maven 3.8 writes stray colour resets at exit even in batch mode: strip escape sequences

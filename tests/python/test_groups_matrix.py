@@ -86,7 +86,12 @@ def client_cmd(toolchain, client):
 
 def judge(run):
     rep = run.finish()
-    print(rep.summary())
+    st = rep.stats
+    print(f"groups {run.client} {run.cfg['strategy']}: checked {st['consumed']} consumed records "
+          f"of {st['produced']} produced, {st['members']} members, {st['commits']} commits, "
+          f"{st['redelivered_after_kill']} redelivered after the kill, "
+          f"reassigned {st.get('reassigned_after_kill_ms', '-')} ms after the kill: "
+          + ("OK" if rep.ok else "FAILED"))
     assert rep.ok, f"{run.dir}:\n{rep.summary()}"
     assert rep.stats["produced"] == run.produced and run.produced > 0
     assert rep.stats["consumed"] >= run.produced
