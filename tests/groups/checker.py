@@ -125,7 +125,7 @@ def check(events) -> Report:
         last_off = {}
         stopped = False
 
-        def close_owned(parts, ts, why):
+        def close_owned(parts, ts, why, owned=owned, member=member):
             for p in parts:
                 if p in owned:
                     intervals[p].append((owned.pop(p), ts, member))
@@ -160,7 +160,8 @@ def check(events) -> Report:
                 elif p not in owned:
                     err(f"{member}: consumed {p}/{o} from partition {p} it does not own (ts {ts})")
                 if p in last_off and o <= last_off[p]:
-                    err(f"{member}: offsets not increasing on partition {p}: {last_off[p]} then {o}")
+                    err(f"{member}: offsets not increasing on partition {p}: "
+                        f"{last_off[p]} then {o}")
                 last_off[p] = o
             elif kind == "commit":
                 for p, o in _int_keys(ev.get("offsets")).items():
@@ -193,10 +194,10 @@ def check(events) -> Report:
             skipped += 1
             err(f"record {p}/{o} (key {key}) produced but never consumed")
             continue
-        for ts, m, k in seen:
+        for _ts, m, k in seen:
             if k != key:
                 err(f"record {p}/{o}: {m} consumed key {k!r}, produced {key!r}")
-        for (ts, m, _k), (ts2, m2, _k2) in zip(seen, seen[1:]):
+        for (ts, m, _k), (ts2, m2, _k2) in zip(seen, seen[1:], strict=False):
             kill = killed.get(m)
             if kill is not None and commit_hw[(m, p)] <= o and ts2 > kill["ts"] and m2 != m:
                 redelivered += 1
@@ -273,7 +274,8 @@ def check(events) -> Report:
                     break
                 if e.get("ev") in ("assigned", "revoked", "lost") and lo <= e["ts"] <= hi \
                         and e.get("partitions"):
-                    err(f"static restart of {old}: {m} saw {e['ev']} {e['partitions']} at {e['ts']}")
+                    err(f"static restart of {old}: {m} saw {e['ev']} {e['partitions']} "
+                        f"at {e['ts']}")
 
     rep.stats.update(produced=len(produced), consumed=sum(len(v) for v in consumed.values()),
                      members=len(by_member), commits=len(commits), skipped=skipped,

@@ -119,7 +119,8 @@ class Worker:
             rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"{self.member} did not exit within {timeout}s of SIGTERM")
+            raise AssertionError(
+                f"{self.member} did not exit within {timeout}s of SIGTERM") from None
         self.log.close()
         return rc
 

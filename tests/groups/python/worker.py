@@ -117,7 +117,7 @@ def run_kafka_python(cfg, report):
 
 
 def cgmd_generation(c):
-    """The generation from librdkafka's serialized group metadata ("CGMDv2:" + int32, little-endian)."""
+    """The generation in librdkafka's serialized group metadata: "CGMDv2:", int32 little-endian."""
     try:
         raw = bytes(c.consumer_group_metadata())
         if raw.startswith(b"CGMDv2:"):
