@@ -90,6 +90,8 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=true
 PROPS
+    # extra KEY=VALUE lines (scripts/kafka-as-strom.sh passes its --set flags); later lines win
+    printf '%s' "${KAFKA_REF_EXTRA_PROPS:-}" >> "$dir/server.properties"
     if [[ ! -f "$logdirs/meta.properties" ]]; then
         java -Xmx256m "-Dlog4j2.configurationFile=$dir/log4j2.properties" -cp "$CP" \
             kafka.tools.StorageTool format --standalone \
