@@ -414,6 +414,7 @@ async fn a_static_member_rejoining_gets_its_assignment_back() {
     b.heartbeat(&svc).await;
     converge(&svc, &mut [&mut a, &mut b]).await;
     let kept = a.owned.clone();
+    let epoch_before = describe(&svc).await.group_epoch;
 
     // Another process with the same instance id cannot join while A holds it.
     let mut a2 = Client::new("member-a2", &["t"]);
@@ -428,9 +429,21 @@ async fn a_static_member_rejoining_gets_its_assignment_back() {
     assert_eq!((r.error_code, r.member_epoch), (0, -2));
     b.heartbeat(&svc).await;
     assert_eq!(b.count(), 2);
-    // The instance returns under a new member id and gets the same partitions at once.
+    // The instance returns under a new member id and gets the same partitions at once, without
+    // a rebalance (it takes the departed member's place, subscription included).
     a2.heartbeat(&svc).await;
     assert_eq!(a2.owned, kept);
+    assert_eq!(describe(&svc).await.group_epoch, epoch_before);
+    // While it holds the instance, even a join under its own id is refused.
+    let r = svc
+        .consumer_group_heartbeat(
+            &ctx(1),
+            a2.request()
+                .with_member_epoch(0)
+                .with_topic_partitions(Some(vec![])),
+        )
+        .await;
+    assert_eq!(r.error_code, ErrorCode::UnreleasedInstanceId.code());
     let d = describe(&svc).await;
     let ids: BTreeSet<String> = d.members.iter().map(|m| m.member_id.to_string()).collect();
     assert_eq!(
