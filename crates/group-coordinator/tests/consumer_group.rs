@@ -693,3 +693,51 @@ async fn a_member_that_does_not_revoke_within_the_rebalance_timeout_is_fenced() 
     converge(&svc, &mut [&mut b]).await;
     assert_eq!(b.count(), 4);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_empty_group_can_be_deleted_and_stays_deleted_after_reload() {
+    let mem = MemPartitions::new();
+    let image = GroupMetadataImage::new([topic("t", 2)]);
+    let svc = service(&mem, Default::default(), image.clone()).await;
+    let mut a = Client::new("member-a", &["t"]);
+    a.regex = Some("t".into());
+    a.heartbeat(&svc).await;
+    let leave = a.request().with_member_epoch(-1);
+    assert_eq!(
+        svc.consumer_group_heartbeat(&ctx(1), leave)
+            .await
+            .error_code,
+        0
+    );
+    let d = describe(&svc).await;
+    assert_eq!((d.group_state.as_str(), d.members.len()), ("Empty", 0));
+    let n = svc
+        .write(GROUP, |shard, _| {
+            let records = shard.group_deletion_records(GROUP).expect("empty group");
+            let n = records.len();
+            Ok(WriteResult {
+                records,
+                response: n,
+            })
+        })
+        .await
+        .expect("delete");
+    assert!(n >= 2, "target epoch and group tombstones");
+    assert_eq!(
+        describe(&svc).await.error_code,
+        ErrorCode::GroupIdNotFound.code()
+    );
+    drop(svc);
+    let svc = service(&mem, Default::default(), image).await;
+    assert_eq!(
+        describe(&svc).await.error_code,
+        ErrorCode::GroupIdNotFound.code()
+    );
+    let listed = svc
+        .read(GROUP, |shard, committed| {
+            shard.list_groups(&[], &[], committed)
+        })
+        .await
+        .expect("read");
+    assert!(listed.is_empty(), "{listed:?}");
+}
