@@ -134,7 +134,9 @@ impl GroupCoordinatorConfig {
                 _ => MigrationPolicy::Bidirectional,
             };
         }
+        // Kafka's property is `offsets.retention.minutes`; `offsets.retention.ms` wins if set.
         c.offsets_retention_ms = num("offsets.retention.ms")
+            .or_else(|| num("offsets.retention.minutes").map(|m| m.saturating_mul(60_000)))
             .filter(|v| *v > 0)
             .unwrap_or(c.offsets_retention_ms);
         c.offsets_retention_check_interval_ms = num("offsets.retention.check.interval.ms")

@@ -77,7 +77,13 @@ pub struct OffsetCommitAuth<'a> {
     pub transactional: bool,
 }
 
-/// What offset expiry needs to know of a group (Kafka's `OffsetExpirationCondition`).
+/// What offset expiry needs to know of a group (Kafka's `OffsetExpirationCondition`), read by
+/// `offsets::expiry::expiration_base`: `empty_since_ms` set — offsets expire counted from then
+/// (an empty classic group with a protocol type); else `subscribed_topics` set — by their
+/// commit timestamps, those topics excepted (a Stable classic group of the consumer protocol
+/// type, or a consumer-protocol group, whose offsets Kafka always counts from the commit);
+/// neither — not now (a rebalancing classic group). No view at all (`None` from
+/// `offset_expiration_view`): by commit timestamp, as for a simple group.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OffsetExpirationView {
     /// When the group became empty, if it is empty (offsets expire counted from then).

@@ -414,6 +414,7 @@ async fn a_static_member_rejoining_gets_its_assignment_back() {
     b.heartbeat(&svc).await;
     converge(&svc, &mut [&mut a, &mut b]).await;
     let kept = a.owned.clone();
+    let epoch_before = describe(&svc).await.group_epoch;
 
     // Another process with the same instance id cannot join while A holds it.
     let mut a2 = Client::new("member-a2", &["t"]);
@@ -428,9 +429,21 @@ async fn a_static_member_rejoining_gets_its_assignment_back() {
     assert_eq!((r.error_code, r.member_epoch), (0, -2));
     b.heartbeat(&svc).await;
     assert_eq!(b.count(), 2);
-    // The instance returns under a new member id and gets the same partitions at once.
+    // The instance returns under a new member id and gets the same partitions at once, without
+    // a rebalance (it takes the departed member's place, subscription included).
     a2.heartbeat(&svc).await;
     assert_eq!(a2.owned, kept);
+    assert_eq!(describe(&svc).await.group_epoch, epoch_before);
+    // While it holds the instance, even a join under its own id is refused.
+    let r = svc
+        .consumer_group_heartbeat(
+            &ctx(1),
+            a2.request()
+                .with_member_epoch(0)
+                .with_topic_partitions(Some(vec![])),
+        )
+        .await;
+    assert_eq!(r.error_code, ErrorCode::UnreleasedInstanceId.code());
     let d = describe(&svc).await;
     let ids: BTreeSet<String> = d.members.iter().map(|m| m.member_id.to_string()).collect();
     assert_eq!(
@@ -679,4 +692,52 @@ async fn a_member_that_does_not_revoke_within_the_rebalance_timeout_is_fenced() 
     a.owned.clear();
     converge(&svc, &mut [&mut b]).await;
     assert_eq!(b.count(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_empty_group_can_be_deleted_and_stays_deleted_after_reload() {
+    let mem = MemPartitions::new();
+    let image = GroupMetadataImage::new([topic("t", 2)]);
+    let svc = service(&mem, Default::default(), image.clone()).await;
+    let mut a = Client::new("member-a", &["t"]);
+    a.regex = Some("t".into());
+    a.heartbeat(&svc).await;
+    let leave = a.request().with_member_epoch(-1);
+    assert_eq!(
+        svc.consumer_group_heartbeat(&ctx(1), leave)
+            .await
+            .error_code,
+        0
+    );
+    let d = describe(&svc).await;
+    assert_eq!((d.group_state.as_str(), d.members.len()), ("Empty", 0));
+    let n = svc
+        .write(GROUP, |shard, _| {
+            let records = shard.group_deletion_records(GROUP).expect("empty group");
+            let n = records.len();
+            Ok(WriteResult {
+                records,
+                response: n,
+            })
+        })
+        .await
+        .expect("delete");
+    assert!(n >= 2, "target epoch and group tombstones");
+    assert_eq!(
+        describe(&svc).await.error_code,
+        ErrorCode::GroupIdNotFound.code()
+    );
+    drop(svc);
+    let svc = service(&mem, Default::default(), image).await;
+    assert_eq!(
+        describe(&svc).await.error_code,
+        ErrorCode::GroupIdNotFound.code()
+    );
+    let listed = svc
+        .read(GROUP, |shard, committed| {
+            shard.list_groups(&[], &[], committed)
+        })
+        .await
+        .expect("read");
+    assert!(listed.is_empty(), "{listed:?}");
 }

@@ -325,7 +325,7 @@ impl ConsumerGroups {
         // A new group must move away from epoch 0.
         let mut bump = p.scratch.group_epoch == 0;
         let subscription_changed = updated.subscription_differs(&member);
-        if updated.metadata_differs(&member) || !group.members.contains_key(&member_id) {
+        if updated.metadata_differs(&member) || !p.scratch.members.contains_key(&member_id) {
             p.push(updated.metadata_record(group_id));
             bump |= subscription_changed;
         }
@@ -427,7 +427,7 @@ impl ConsumerGroups {
             .build()
             .map_err(|e| GroupError::new(ErrorCode::FencedMemberEpoch, e.to_string()))?
         };
-        if reconciled != updated || !group.members.contains_key(&member_id) {
+        if reconciled != updated || !p.scratch.members.contains_key(&member_id) {
             p.push(reconciled.current_assignment_record(group_id));
             if reconciled.state == MemberState::UnrevokedPartitions {
                 schedule_rebalance_timeout(env, group_id, &reconciled);
@@ -471,11 +471,9 @@ impl ConsumerGroups {
                     .get(member_id)
                     .cloned()
                     .unwrap_or_else(|| ConsumerGroupMember::new(member_id))),
-                Some(e) if e.member_id == member_id => {
-                    check_member_epoch(e, req.member_epoch, owned)?;
-                    Ok(e.clone())
-                }
                 Some(e) => {
+                    // Only an instance that left (epoch -2) can be taken over, even by its
+                    // own member id.
                     if e.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH {
                         return Err(GroupError::new(
                             ErrorCode::UnreleasedInstanceId,
@@ -485,13 +483,23 @@ impl ConsumerGroups {
                             ),
                         ));
                     }
-                    // The returning instance gets what the departed one owned.
-                    let mut m = ConsumerGroupMember::new(member_id);
-                    m.assigned_partitions = e.assigned_partitions.clone();
-                    m.assignment_epochs = e.assignment_epochs.clone();
+                    // The returning instance is the departed one under its new id: same
+                    // subscription, assignment and target (Kafka's `replaceMember`).
+                    let mut m = e.clone();
+                    m.member_id = member_id.to_string();
+                    m.member_epoch = 0;
+                    m.previous_member_epoch = 0;
+                    let target = group
+                        .target_assignment
+                        .get(&e.member_id)
+                        .cloned()
+                        .unwrap_or_default();
                     for r in remove_member_records(group_id, &e.member_id) {
                         p.push(r);
                     }
+                    p.push(m.metadata_record(group_id));
+                    p.push(target_assignment_record(group_id, member_id, &target));
+                    p.push(m.current_assignment_record(group_id));
                     Ok(m)
                 }
             }

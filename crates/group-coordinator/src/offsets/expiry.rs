@@ -123,6 +123,7 @@ pub fn cleanup_group_metadata(shard: &mut GroupCoordinatorShard) -> Vec<Coordina
     let now = shard.env.now_ms();
     let mut groups: Vec<String> = shard.offsets.offsets.group_ids();
     groups.extend(shard.offsets.simple_groups.iter().map(|(g, _)| g.clone()));
+    groups.extend(shard.offsets.unwritten_simple_groups.iter().cloned());
     groups.extend(
         shard
             .list_groups(&[], &[], i64::MAX)

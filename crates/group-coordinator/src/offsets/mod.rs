@@ -7,7 +7,7 @@
 //! [`ops`] read it and return records. It is kept in timeline structures, so reads see it as
 //! of the high watermark and a failed append rolls it back.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use strom_coordinator_common::timeline::{Timeline, TimelineMap};
@@ -90,6 +90,10 @@ pub struct OffsetMetadataManager {
     /// manager holds them too once it keeps simple groups; until then the offset APIs treat a
     /// group listed here that no manager holds as that empty classic group.
     pub simple_groups: TimelineMap<String, ()>,
+    /// Simple groups a commit made exist without writing anything (every offset of it was
+    /// refused): Kafka keeps such a group in memory only, and so does this (not in the
+    /// timeline: a later refused operation reverts to the same offset and must not undo it).
+    pub unwritten_simple_groups: HashSet<String>,
 }
 
 impl OffsetMetadataManager {
@@ -111,6 +115,7 @@ impl OffsetMetadataManager {
             ),
             CoordinatorRecord::GroupMetadata(k, None) => {
                 self.simple_groups.remove(offset, &k.group);
+                self.unwritten_simple_groups.remove(&k.group);
                 return;
             }
             _ => return,
@@ -142,7 +147,9 @@ impl OffsetMetadataManager {
 
     /// Whether `group` is a simple group only this manager knows (no group manager holds it).
     pub fn is_simple_group_only_here(&self, group: &str, held_elsewhere: bool) -> bool {
-        !held_elsewhere && self.simple_groups.contains_key(&group.to_string())
+        !held_elsewhere
+            && (self.simple_groups.contains_key(&group.to_string())
+                || self.unwritten_simple_groups.contains(group))
     }
 
     /// Whether `group` has no offsets (and no pending transactional ones) as of `committed`.

@@ -165,6 +165,18 @@ pub fn commit_offsets(
         }
         results.push((t.name.clone(), parts));
     }
+    // Kafka makes the simple group exist as it accepts the commit, even if no offset of it
+    // is written (every metadata too large): the group is there for DeleteGroups and expiry.
+    // With records, their replay makes it exist.
+    if records.is_empty()
+        && shard.group_type(&req.group_id).is_none()
+        && !shard.offsets.simple_groups.contains_key(&req.group_id)
+    {
+        shard
+            .offsets
+            .unwritten_simple_groups
+            .insert(req.group_id.clone());
+    }
     Ok((records, results))
 }
 

@@ -158,8 +158,14 @@ impl GroupCoordinatorService {
                 topics: known
                     .into_iter()
                     .map(|(name, parts)| CommitTopic {
+                        // Kafka 4.4's broker names the topic's id (from its metadata) for
+                        // commits by name too, so the records carry it.
+                        topic_id: image
+                            .topic(&name)
+                            .map(|t| t.id)
+                            .or_else(|| parts.first().map(|(id, _)| *id))
+                            .unwrap_or_default(),
                         name,
-                        topic_id: parts.first().map(|(id, _)| *id).unwrap_or_default(),
                         partitions: parts.into_iter().map(|(_, p)| p).collect(),
                     })
                     .collect(),
