@@ -355,6 +355,16 @@ impl ConsumerGroups {
             }
         }
         let hash = metadata_hash(&p.scratch.subscribed_topics(), &image);
+        if bump || hash != p.scratch.metadata_hash {
+            tracing::debug!(
+                group = group_id,
+                member = member_id.as_str(),
+                subscription_changed,
+                old_hash = p.scratch.metadata_hash,
+                new_hash = hash,
+                "consumer group epoch bump"
+            );
+        }
         bump |= hash != p.scratch.metadata_hash;
         let mut group_epoch = p.scratch.group_epoch;
         if bump {
