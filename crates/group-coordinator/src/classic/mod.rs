@@ -150,25 +150,12 @@ impl ClassicGroups {
                 ErrorCode::IllegalGeneration
             });
         };
-        if g.is_in(GroupState::Dead) {
-            return Err(ErrorCode::CoordinatorNotAvailable);
-        }
-        let generation = auth.generation_id_or_member_epoch;
-        if generation < 0 && g.is_empty() {
-            return Ok(());
-        }
-        if generation >= 0 || !auth.member_id.is_empty() || auth.group_instance_id.is_some() {
-            g.validate_member(auth.member_id, auth.group_instance_id)?;
-            if generation != g.generation_id {
-                return Err(ErrorCode::IllegalGeneration);
-            }
-        } else if !auth.transactional && !g.is_empty() {
-            return Err(ErrorCode::UnknownMemberId);
-        }
-        if !auth.transactional && g.is_in(GroupState::CompletingRebalance) {
-            return Err(ErrorCode::RebalanceInProgress);
-        }
-        Ok(())
+        g.validate_offset_commit(
+            auth.member_id,
+            auth.group_instance_id,
+            auth.generation_id_or_member_epoch,
+            auth.transactional,
+        )
     }
 
     pub fn is_subscribed_to_topic(&self, group_id: &str, topic: &str) -> bool {
