@@ -522,3 +522,92 @@ async fn reloading_the_partition_rebuilds_the_group_and_its_session_timers() {
     let v = f.last_group_record();
     assert_eq!((v.generation, v.members.len()), (2, 0));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_append_of_the_assignment_resets_and_rebalances() {
+    let f = Fixture::new().await;
+    let m1 = f.member_id("c1").await;
+    let j1 = f.join("c1", &m1, None);
+    let m2 = f.member_id("c2").await;
+    let j2 = f.join("c2", &m2, None);
+    let (r1, r2) = (j1.await.unwrap(), j2.await.unwrap());
+    assert_eq!((r1.generation_id, r2.generation_id), (1, 1));
+    let s2 = f.sync(&m2, None, 1, vec![]);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    *f.mem.fail_next.lock() = Some(ErrorCode::NotEnoughReplicas);
+    let s1 = f.sync(&m1, None, 1, vec![(&m1, b"A1"), (&m2, b"A2")]);
+    let (s1, s2) = (s1.await.unwrap(), s2.await.unwrap());
+    // Kafka maps the append error to COORDINATOR_NOT_AVAILABLE for everyone waiting.
+    assert_eq!(s1.error_code, ErrorCode::CoordinatorNotAvailable.code());
+    assert_eq!(s2.error_code, ErrorCode::CoordinatorNotAvailable.code());
+    assert!(s2.assignment.is_empty());
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        f.describe().await.group_state.as_str(),
+        "PreparingRebalance"
+    );
+    assert_eq!(
+        f.heartbeat(&m2, None, 1).await,
+        ErrorCode::RebalanceInProgress.code()
+    );
+    // Both rejoin: generation 2, and this time the assignment sticks.
+    let j1 = f.join("c1", &m1, None);
+    let j2 = f.join("c2", &m2, None);
+    let (r1, r2) = (j1.await.unwrap(), j2.await.unwrap());
+    assert_eq!((r1.generation_id, r2.generation_id), (2, 2));
+    let leader = r1.leader.to_string();
+    let follower = if leader == m1 { &m2 } else { &m1 };
+    let sf = f.sync(follower, None, 2, vec![]);
+    let sl = f
+        .sync(&leader, None, 2, vec![(&m1, b"B1"), (&m2, b"B2")])
+        .await
+        .unwrap();
+    assert_eq!(sl.error_code, 0);
+    assert_eq!(sf.await.unwrap().error_code, 0);
+    assert_eq!(f.describe().await.group_state.as_str(), "Stable");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_admin_removes_a_static_member_by_instance_id() {
+    let f = Fixture::new().await;
+    let r = f.join("c1", "", Some("i1")).await.unwrap();
+    let id = r.member_id.to_string();
+    let s = f.sync(&id, Some("i1"), 1, vec![(&id, b"P")]).await.unwrap();
+    assert_eq!(s.error_code, 0);
+    let r = f
+        .svc
+        .leave_group(
+            &ctx("admin"),
+            LeaveGroupRequest::default()
+                .with_group_id(st(GROUP).into())
+                .with_members(vec![
+                    MemberIdentity::default()
+                        .with_member_id(st(""))
+                        .with_group_instance_id(Some(st("i1"))),
+                    MemberIdentity::default()
+                        .with_member_id(st(""))
+                        .with_group_instance_id(Some(st("i9"))),
+                ]),
+        )
+        .await;
+    assert_eq!(r.members[0].error_code, 0);
+    assert_eq!(r.members[1].error_code, ErrorCode::UnknownMemberId.code());
+    // The last member left: the rebalance completes at once into an empty generation.
+    let d = f.describe().await;
+    assert_eq!(d.group_state.as_str(), "Empty");
+    let v = f.last_group_record();
+    assert_eq!((v.generation, v.members.len()), (2, 0));
+    // v0-2: one member by id; the top-level code is its code.
+    let mut c = ctx("c");
+    c.api_version = 1;
+    let r = f
+        .svc
+        .leave_group(
+            &c,
+            LeaveGroupRequest::default()
+                .with_group_id(st(GROUP).into())
+                .with_member_id(st("gone")),
+        )
+        .await;
+    assert_eq!(r.error_code, ErrorCode::UnknownMemberId.code());
+}
