@@ -611,3 +611,38 @@ async fn an_admin_removes_a_static_member_by_instance_id() {
         .await;
     assert_eq!(r.error_code, ErrorCode::UnknownMemberId.code());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_group_loaded_above_a_lowered_max_size_rebalances() {
+    let f = Fixture::new().await;
+    let (m1, m2) = f.stable_pair().await;
+    f.svc.on_resigned(f.partition, None);
+    // Another coordinator, with group.max.size 1, loads the same partition.
+    let config = GroupCoordinatorConfig {
+        classic_max_size: 1,
+        ..GroupCoordinatorConfig::default()
+    };
+    let svc = GroupCoordinatorService::new(config, f.mem.clone(), f.mem.clone());
+    let g = Fixture {
+        svc,
+        mem: f.mem.clone(),
+        partition: f.partition,
+    };
+    g.elect(2).await;
+    assert_eq!(
+        g.describe().await.group_state.as_str(),
+        "PreparingRebalance"
+    );
+    assert_eq!(
+        g.heartbeat(&m1, None, 1).await,
+        ErrorCode::RebalanceInProgress.code()
+    );
+    // The first to rejoin stays; the other is turned away.
+    let r = g.join("c1", &m1, None);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let r2 = g.join("c2", &m2, None).await.unwrap();
+    assert_eq!(r2.error_code, ErrorCode::GroupMaxSizeReached.code());
+    let r = r.await.unwrap();
+    assert_eq!((r.error_code, r.generation_id), (0, 2));
+    assert_eq!(r.members.len(), 1);
+}

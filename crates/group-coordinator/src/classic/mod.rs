@@ -282,9 +282,11 @@ impl ClassicGroups {
         }
     }
 
-    /// Loaded: every member of every group gets its session timer (Kafka's `onLoaded`).
+    /// Loaded: every member of every group gets its session timer, and a group above
+    /// `group.max.size` (lowered since it was written) rebalances (Kafka's `onLoaded`).
     pub fn on_loaded(&mut self, env: &ShardEnv) {
-        for g in self.groups.values() {
+        let max = env.config.classic_max_size.max(0) as usize;
+        for g in self.groups.values_mut() {
             for m in g.members_in_order() {
                 join::reschedule_heartbeat(
                     env,
@@ -292,6 +294,12 @@ impl ClassicGroups {
                     &m.member_id,
                     m.session_timeout_ms as i64,
                 );
+            }
+            if g.num_members() > max {
+                // Loaded members hold no JoinGroup, so this only starts the rebalance (and its
+                // timer): it cannot complete now and writes nothing.
+                let out = join::prepare_rebalance(env, g);
+                debug_assert!(out.records.is_empty());
             }
         }
     }
