@@ -646,3 +646,94 @@ async fn a_group_loaded_above_a_lowered_max_size_rebalances() {
     assert_eq!((r.error_code, r.generation_id), (0, 2));
     assert_eq!(r.members.len(), 1);
 }
+
+/// Heartbeats `member` every 3 s for `secs` seconds; returns the codes seen.
+async fn keep_alive(f: &Fixture, member: &str, generation: i32, secs: u64) -> Vec<i16> {
+    let mut codes = Vec::new();
+    for _ in 0..secs / 3 {
+        tokio::time::sleep(Duration::from_millis(3000)).await;
+        codes.push(f.heartbeat(member, None, generation).await);
+    }
+    codes
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_that_does_not_rejoin_within_the_rebalance_timeout_is_removed() {
+    let f = Fixture::new().await;
+    let (m1, m2) = f.stable_pair().await;
+    let start = tokio::time::Instant::now();
+    // The leader's JoinGroup in a stable group starts a rebalance.
+    let j1 = f.join("c1", &m1, None);
+    // m2 stays alive by heartbeating, but does not rejoin.
+    let codes = keep_alive(&f, &m2, 1, 27).await;
+    assert!(codes
+        .iter()
+        .all(|c| *c == ErrorCode::RebalanceInProgress.code()));
+    let r = j1.await.unwrap();
+    assert_eq!(start.elapsed().as_secs(), REBALANCE_MS as u64 / 1000);
+    assert_eq!((r.error_code, r.generation_id), (0, 2));
+    assert_eq!(r.members.len(), 1);
+    assert_eq!(
+        f.heartbeat(&m2, None, 1).await,
+        ErrorCode::UnknownMemberId.code()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn members_that_do_not_sync_within_the_rebalance_timeout_are_removed() {
+    let f = Fixture::new().await;
+    let m1 = f.member_id("c1").await;
+    let j1 = f.join("c1", &m1, None);
+    let m2 = f.member_id("c2").await;
+    let j2 = f.join("c2", &m2, None);
+    let (r1, _r2) = (j1.await.unwrap(), j2.await.unwrap());
+    assert_eq!(r1.leader.as_str(), m1);
+    let s1 = f
+        .sync(&m1, None, 1, vec![(&m1, b"A1"), (&m2, b"A2")])
+        .await
+        .unwrap();
+    assert_eq!(s1.error_code, 0);
+    assert_eq!(f.describe().await.group_state.as_str(), "Stable");
+    // Both heartbeat (Stable: fine); m2 never sends SyncGroup.
+    let mut codes = Vec::new();
+    for _ in 0..11 {
+        tokio::time::sleep(Duration::from_millis(3000)).await;
+        codes.push((
+            f.heartbeat(&m1, None, 1).await,
+            f.heartbeat(&m2, None, 1).await,
+        ));
+    }
+    // The sync timer (rebalance timeout, 30 s from the JoinGroup responses) removed m2 and
+    // started a rebalance.
+    assert_eq!(
+        codes.last().copied(),
+        Some((
+            ErrorCode::RebalanceInProgress.code(),
+            ErrorCode::UnknownMemberId.code()
+        )),
+        "{codes:?}"
+    );
+    assert_eq!(codes[8], (0, 0), "{codes:?}");
+    assert_eq!(
+        f.describe().await.group_state.as_str(),
+        "PreparingRebalance"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pending_member_that_never_joins_holds_the_rebalance_until_its_session_expires() {
+    let f = Fixture::new().await;
+    let m1 = f.member_id("c1").await;
+    let r = f.join("c1", &m1, None).await.unwrap();
+    assert_eq!(r.generation_id, 1);
+    let s = f.sync(&m1, None, 1, vec![(&m1, b"A")]).await.unwrap();
+    assert_eq!(s.error_code, 0);
+    // A new member gets its id and is pending; then the leader rejoins.
+    let _m2 = f.member_id("c2").await;
+    let start = tokio::time::Instant::now();
+    let r = f.join("c1", &m1, None).await.unwrap();
+    // Not all members joined while m2 was pending: the join waited for its session (10 s).
+    assert_eq!(start.elapsed().as_secs(), SESSION_MS as u64 / 1000);
+    assert_eq!((r.error_code, r.generation_id), (0, 2));
+    assert_eq!(r.members.len(), 1);
+}
