@@ -298,6 +298,13 @@ async fn two_members_join_sync_and_heartbeat() {
         )
         .await;
     assert!(l.groups.is_empty());
+    // v5 type filter, case-insensitive as Kafka parses it.
+    let by_type = |t: &str| ListGroupsRequest::default().with_types_filter(vec![st(t)]);
+    let l = f.svc.list_groups(&ctx("c"), by_type("CLASSIC")).await;
+    assert_eq!(l.groups.len(), 1);
+    assert_eq!(l.groups[0].protocol_type.as_str(), "consumer");
+    let l = f.svc.list_groups(&ctx("c"), by_type("consumer")).await;
+    assert!(l.groups.is_empty());
 }
 
 #[tokio::test(start_paused = true)]
