@@ -298,6 +298,13 @@ async fn two_members_join_sync_and_heartbeat() {
         )
         .await;
     assert!(l.groups.is_empty());
+    // v5 type filter, case-insensitive as Kafka parses it.
+    let by_type = |t: &str| ListGroupsRequest::default().with_types_filter(vec![st(t)]);
+    let l = f.svc.list_groups(&ctx("c"), by_type("CLASSIC")).await;
+    assert_eq!(l.groups.len(), 1);
+    assert_eq!(l.groups[0].protocol_type.as_str(), "consumer");
+    let l = f.svc.list_groups(&ctx("c"), by_type("consumer")).await;
+    assert!(l.groups.is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -521,4 +528,219 @@ async fn reloading_the_partition_rebuilds_the_group_and_its_session_timers() {
     assert!(d.members.is_empty());
     let v = f.last_group_record();
     assert_eq!((v.generation, v.members.len()), (2, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_append_of_the_assignment_resets_and_rebalances() {
+    let f = Fixture::new().await;
+    let m1 = f.member_id("c1").await;
+    let j1 = f.join("c1", &m1, None);
+    let m2 = f.member_id("c2").await;
+    let j2 = f.join("c2", &m2, None);
+    let (r1, r2) = (j1.await.unwrap(), j2.await.unwrap());
+    assert_eq!((r1.generation_id, r2.generation_id), (1, 1));
+    let s2 = f.sync(&m2, None, 1, vec![]);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    *f.mem.fail_next.lock() = Some(ErrorCode::NotEnoughReplicas);
+    let s1 = f.sync(&m1, None, 1, vec![(&m1, b"A1"), (&m2, b"A2")]);
+    let (s1, s2) = (s1.await.unwrap(), s2.await.unwrap());
+    // Kafka maps the append error to COORDINATOR_NOT_AVAILABLE for everyone waiting.
+    assert_eq!(s1.error_code, ErrorCode::CoordinatorNotAvailable.code());
+    assert_eq!(s2.error_code, ErrorCode::CoordinatorNotAvailable.code());
+    assert!(s2.assignment.is_empty());
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        f.describe().await.group_state.as_str(),
+        "PreparingRebalance"
+    );
+    assert_eq!(
+        f.heartbeat(&m2, None, 1).await,
+        ErrorCode::RebalanceInProgress.code()
+    );
+    // Both rejoin: generation 2, and this time the assignment sticks.
+    let j1 = f.join("c1", &m1, None);
+    let j2 = f.join("c2", &m2, None);
+    let (r1, r2) = (j1.await.unwrap(), j2.await.unwrap());
+    assert_eq!((r1.generation_id, r2.generation_id), (2, 2));
+    let leader = r1.leader.to_string();
+    let follower = if leader == m1 { &m2 } else { &m1 };
+    let sf = f.sync(follower, None, 2, vec![]);
+    let sl = f
+        .sync(&leader, None, 2, vec![(&m1, b"B1"), (&m2, b"B2")])
+        .await
+        .unwrap();
+    assert_eq!(sl.error_code, 0);
+    assert_eq!(sf.await.unwrap().error_code, 0);
+    assert_eq!(f.describe().await.group_state.as_str(), "Stable");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_admin_removes_a_static_member_by_instance_id() {
+    let f = Fixture::new().await;
+    let r = f.join("c1", "", Some("i1")).await.unwrap();
+    let id = r.member_id.to_string();
+    let s = f.sync(&id, Some("i1"), 1, vec![(&id, b"P")]).await.unwrap();
+    assert_eq!(s.error_code, 0);
+    let r = f
+        .svc
+        .leave_group(
+            &ctx("admin"),
+            LeaveGroupRequest::default()
+                .with_group_id(st(GROUP).into())
+                .with_members(vec![
+                    MemberIdentity::default()
+                        .with_member_id(st(""))
+                        .with_group_instance_id(Some(st("i1"))),
+                    MemberIdentity::default()
+                        .with_member_id(st(""))
+                        .with_group_instance_id(Some(st("i9"))),
+                ]),
+        )
+        .await;
+    assert_eq!(r.members[0].error_code, 0);
+    assert_eq!(r.members[1].error_code, ErrorCode::UnknownMemberId.code());
+    // The last member left: the rebalance completes at once into an empty generation.
+    let d = f.describe().await;
+    assert_eq!(d.group_state.as_str(), "Empty");
+    let v = f.last_group_record();
+    assert_eq!((v.generation, v.members.len()), (2, 0));
+    // v0-2: one member by id; the top-level code is its code.
+    let mut c = ctx("c");
+    c.api_version = 1;
+    let r = f
+        .svc
+        .leave_group(
+            &c,
+            LeaveGroupRequest::default()
+                .with_group_id(st(GROUP).into())
+                .with_member_id(st("gone")),
+        )
+        .await;
+    assert_eq!(r.error_code, ErrorCode::UnknownMemberId.code());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_group_loaded_above_a_lowered_max_size_rebalances() {
+    let f = Fixture::new().await;
+    let (m1, m2) = f.stable_pair().await;
+    f.svc.on_resigned(f.partition, None);
+    // Another coordinator, with group.max.size 1, loads the same partition.
+    let config = GroupCoordinatorConfig {
+        classic_max_size: 1,
+        ..GroupCoordinatorConfig::default()
+    };
+    let svc = GroupCoordinatorService::new(config, f.mem.clone(), f.mem.clone());
+    let g = Fixture {
+        svc,
+        mem: f.mem.clone(),
+        partition: f.partition,
+    };
+    g.elect(2).await;
+    assert_eq!(
+        g.describe().await.group_state.as_str(),
+        "PreparingRebalance"
+    );
+    assert_eq!(
+        g.heartbeat(&m1, None, 1).await,
+        ErrorCode::RebalanceInProgress.code()
+    );
+    // The first to rejoin stays; the other is turned away.
+    let r = g.join("c1", &m1, None);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let r2 = g.join("c2", &m2, None).await.unwrap();
+    assert_eq!(r2.error_code, ErrorCode::GroupMaxSizeReached.code());
+    let r = r.await.unwrap();
+    assert_eq!((r.error_code, r.generation_id), (0, 2));
+    assert_eq!(r.members.len(), 1);
+}
+
+/// Heartbeats `member` every 3 s for `secs` seconds; returns the codes seen.
+async fn keep_alive(f: &Fixture, member: &str, generation: i32, secs: u64) -> Vec<i16> {
+    let mut codes = Vec::new();
+    for _ in 0..secs / 3 {
+        tokio::time::sleep(Duration::from_millis(3000)).await;
+        codes.push(f.heartbeat(member, None, generation).await);
+    }
+    codes
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_that_does_not_rejoin_within_the_rebalance_timeout_is_removed() {
+    let f = Fixture::new().await;
+    let (m1, m2) = f.stable_pair().await;
+    let start = tokio::time::Instant::now();
+    // The leader's JoinGroup in a stable group starts a rebalance.
+    let j1 = f.join("c1", &m1, None);
+    // m2 stays alive by heartbeating, but does not rejoin.
+    let codes = keep_alive(&f, &m2, 1, 27).await;
+    assert!(codes
+        .iter()
+        .all(|c| *c == ErrorCode::RebalanceInProgress.code()));
+    let r = j1.await.unwrap();
+    assert_eq!(start.elapsed().as_secs(), REBALANCE_MS as u64 / 1000);
+    assert_eq!((r.error_code, r.generation_id), (0, 2));
+    assert_eq!(r.members.len(), 1);
+    assert_eq!(
+        f.heartbeat(&m2, None, 1).await,
+        ErrorCode::UnknownMemberId.code()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn members_that_do_not_sync_within_the_rebalance_timeout_are_removed() {
+    let f = Fixture::new().await;
+    let m1 = f.member_id("c1").await;
+    let j1 = f.join("c1", &m1, None);
+    let m2 = f.member_id("c2").await;
+    let j2 = f.join("c2", &m2, None);
+    let (r1, _r2) = (j1.await.unwrap(), j2.await.unwrap());
+    assert_eq!(r1.leader.as_str(), m1);
+    let s1 = f
+        .sync(&m1, None, 1, vec![(&m1, b"A1"), (&m2, b"A2")])
+        .await
+        .unwrap();
+    assert_eq!(s1.error_code, 0);
+    assert_eq!(f.describe().await.group_state.as_str(), "Stable");
+    // Both heartbeat (Stable: fine); m2 never sends SyncGroup.
+    let mut codes = Vec::new();
+    for _ in 0..11 {
+        tokio::time::sleep(Duration::from_millis(3000)).await;
+        codes.push((
+            f.heartbeat(&m1, None, 1).await,
+            f.heartbeat(&m2, None, 1).await,
+        ));
+    }
+    // The sync timer (rebalance timeout, 30 s from the JoinGroup responses) removed m2 and
+    // started a rebalance.
+    assert_eq!(
+        codes.last().copied(),
+        Some((
+            ErrorCode::RebalanceInProgress.code(),
+            ErrorCode::UnknownMemberId.code()
+        )),
+        "{codes:?}"
+    );
+    assert_eq!(codes[8], (0, 0), "{codes:?}");
+    assert_eq!(
+        f.describe().await.group_state.as_str(),
+        "PreparingRebalance"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pending_member_that_never_joins_holds_the_rebalance_until_its_session_expires() {
+    let f = Fixture::new().await;
+    let m1 = f.member_id("c1").await;
+    let r = f.join("c1", &m1, None).await.unwrap();
+    assert_eq!(r.generation_id, 1);
+    let s = f.sync(&m1, None, 1, vec![(&m1, b"A")]).await.unwrap();
+    assert_eq!(s.error_code, 0);
+    // A new member gets its id and is pending; then the leader rejoins.
+    let _m2 = f.member_id("c2").await;
+    let start = tokio::time::Instant::now();
+    let r = f.join("c1", &m1, None).await.unwrap();
+    // Not all members joined while m2 was pending: the join waited for its session (10 s).
+    assert_eq!(start.elapsed().as_secs(), SESSION_MS as u64 / 1000);
+    assert_eq!((r.error_code, r.generation_id), (0, 2));
+    assert_eq!(r.members.len(), 1);
 }

@@ -421,6 +421,39 @@ impl ClassicGroup {
         Ok(())
     }
 
+    /// Kafka's `ClassicGroup.validateOffsetCommit`: may this member (or a simple consumer,
+    /// generation -1) commit offsets now?
+    pub fn validate_offset_commit(
+        &self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        transactional: bool,
+    ) -> Result<(), strom_protocol::ErrorCode> {
+        use strom_protocol::ErrorCode;
+        if self.is_in(GroupState::Dead) {
+            return Err(ErrorCode::CoordinatorNotAvailable);
+        }
+        if generation < 0 && self.is_empty() {
+            // The admin client or a consumer without group management.
+            return Ok(());
+        }
+        if generation >= 0 || !member_id.is_empty() || instance_id.is_some() {
+            self.validate_member(member_id, instance_id)?;
+            if generation != self.generation_id {
+                return Err(ErrorCode::IllegalGeneration);
+            }
+        } else if !transactional && !self.is_empty() {
+            // No member id nor generation (v0): only while the group is empty.
+            return Err(ErrorCode::UnknownMemberId);
+        }
+        if !transactional && self.is_in(GroupState::CompletingRebalance) {
+            // The member has its JoinGroup response but not yet its assignment.
+            return Err(ErrorCode::RebalanceInProgress);
+        }
+        Ok(())
+    }
+
     fn increment_protocols(&mut self, protocols: &[Protocol]) {
         for p in protocols {
             *self.supported_protocols.entry(p.name.clone()).or_default() += 1;
@@ -468,12 +501,12 @@ impl ClassicGroup {
         let mut first_voted: Vec<String> = Vec::new();
         let mut votes: HashMap<String, usize> = HashMap::new();
         for m in self.members_in_order() {
-            if let Some(v) = m.vote(&candidates) {
-                if !votes.contains_key(v) {
-                    first_voted.push(v.to_string());
-                }
-                *votes.entry(v.to_string()).or_default() += 1;
+            // A member without a candidate makes Kafka's vote fail: no protocol.
+            let v = m.vote(&candidates)?;
+            if !votes.contains_key(v) {
+                first_voted.push(v.to_string());
             }
+            *votes.entry(v.to_string()).or_default() += 1;
         }
         let order = strom_protocol::java::hash_map_order(first_voted, |n| string_hash(n));
         let mut best: Option<(String, usize)> = None;

@@ -150,25 +150,12 @@ impl ClassicGroups {
                 ErrorCode::IllegalGeneration
             });
         };
-        if g.is_in(GroupState::Dead) {
-            return Err(ErrorCode::CoordinatorNotAvailable);
-        }
-        let generation = auth.generation_id_or_member_epoch;
-        if generation < 0 && g.is_empty() {
-            return Ok(());
-        }
-        if generation >= 0 || !auth.member_id.is_empty() || auth.group_instance_id.is_some() {
-            g.validate_member(auth.member_id, auth.group_instance_id)?;
-            if generation != g.generation_id {
-                return Err(ErrorCode::IllegalGeneration);
-            }
-        } else if !auth.transactional && !g.is_empty() {
-            return Err(ErrorCode::UnknownMemberId);
-        }
-        if !auth.transactional && g.is_in(GroupState::CompletingRebalance) {
-            return Err(ErrorCode::RebalanceInProgress);
-        }
-        Ok(())
+        g.validate_offset_commit(
+            auth.member_id,
+            auth.group_instance_id,
+            auth.generation_id_or_member_epoch,
+            auth.transactional,
+        )
     }
 
     pub fn is_subscribed_to_topic(&self, group_id: &str, topic: &str) -> bool {
@@ -295,9 +282,11 @@ impl ClassicGroups {
         }
     }
 
-    /// Loaded: every member of every group gets its session timer (Kafka's `onLoaded`).
+    /// Loaded: every member of every group gets its session timer, and a group above
+    /// `group.max.size` (lowered since it was written) rebalances (Kafka's `onLoaded`).
     pub fn on_loaded(&mut self, env: &ShardEnv) {
-        for g in self.groups.values() {
+        let max = env.config.classic_max_size.max(0) as usize;
+        for g in self.groups.values_mut() {
             for m in g.members_in_order() {
                 join::reschedule_heartbeat(
                     env,
@@ -305,6 +294,12 @@ impl ClassicGroups {
                     &m.member_id,
                     m.session_timeout_ms as i64,
                 );
+            }
+            if g.num_members() > max {
+                // Loaded members hold no JoinGroup, so this only starts the rebalance (and its
+                // timer): it cannot complete now and writes nothing.
+                let out = join::prepare_rebalance(env, g);
+                debug_assert!(out.records.is_empty());
             }
         }
     }

@@ -116,11 +116,17 @@ impl GroupCoordinatorService {
                 shard.classic.join(&shard.env, at, params, tx)
             })
             .await;
-        match r {
+        let resp = match r {
             Err(e) => rx.try_recv().unwrap_or_else(|_| join_error("", e.code())),
             Ok(()) => rx
                 .await
                 .unwrap_or_else(|_| join_error(&member_id, ErrorCode::NotCoordinator)),
+        };
+        if ctx.api_version < 7 && resp.protocol_name.is_none() {
+            // The protocol name is nullable from v7 only; Kafka sends "" to older clients.
+            resp.with_protocol_name(Some(st("")))
+        } else {
+            resp
         }
     }
 
