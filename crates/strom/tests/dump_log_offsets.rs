@@ -50,8 +50,7 @@ fn records() -> Vec<CoordinatorRecord> {
             Some((
                 4,
                 GroupMetadataValue {
-                    // Not "consumer": for that protocol type Kafka's tool also decodes the
-                    // members' subscription/assignment bytes, which Strom does not do yet.
+                    // Not "consumer": the members' bytes are printed as base64.
                     protocol_type: "connect".into(),
                     generation: 3,
                     protocol: Some("range".into()),
@@ -66,6 +65,43 @@ fn records() -> Vec<CoordinatorRecord> {
                         session_timeout: 45,
                         subscription: Bytes::from_static(&[0, 1, 2, 250]),
                         assignment: Bytes::new(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+            )),
+        ),
+        // A classic group of the `consumer` protocol type: Kafka's tool decodes each member's
+        // subscription (here v3: user data, owned partitions, generation, rack) and assignment
+        // (v1, null user data) into their JSON.
+        CoordinatorRecord::GroupMetadata(
+            GroupMetadataKey {
+                group: "consumers".into(),
+                ..Default::default()
+            },
+            Some((
+                3,
+                GroupMetadataValue {
+                    protocol_type: "consumer".into(),
+                    generation: 2,
+                    protocol: Some("cooperative-sticky".into()),
+                    leader: Some("m-2".into()),
+                    current_state_timestamp: 5,
+                    members: vec![MemberMetadata {
+                        member_id: "m-2".into(),
+                        client_id: "c".into(),
+                        client_host: "/127.0.0.1".into(),
+                        rebalance_timeout: 300,
+                        session_timeout: 45,
+                        subscription: Bytes::from_static(&[
+                            0, 3, 0, 0, 0, 2, 0, 1, b'a', 0, 1, b'b', 0, 0, 0, 3, 1, 2, 3, 0, 0, 0,
+                            1, 0, 1, b'a', 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 7, 0, 2,
+                            b'r', b'1',
+                        ]),
+                        assignment: Bytes::from_static(&[
+                            0, 1, 0, 0, 0, 1, 0, 1, b'b', 0, 0, 0, 1, 0, 0, 0, 2, 0xff, 0xff, 0xff,
+                            0xff,
+                        ]),
                         ..Default::default()
                     }],
                     ..Default::default()
@@ -183,7 +219,7 @@ fn offsets_decoder_prints_what_kafka_prints() {
     );
     assert!(ours.contains(r#"payload: <DELETE>"#), "{ours}");
     assert!(
-        ours.contains("key: Unknown record type 99 at offset 7, skipping."),
+        ours.contains("key: Unknown record type 99 at offset 8, skipping."),
         "{ours}"
     );
 

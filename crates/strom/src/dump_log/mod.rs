@@ -16,6 +16,7 @@
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
+mod consumer_protocol;
 mod index;
 mod javamap;
 mod log;

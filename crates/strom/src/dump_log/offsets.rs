@@ -5,6 +5,7 @@
 
 use strom_group_coordinator::records::{CoordinatorRecord, RecordError};
 
+use super::consumer_protocol;
 use super::{abort, Res};
 
 /// What to print after `key:` and (when present) `payload:` for one record.
@@ -21,7 +22,12 @@ pub(crate) fn parse(
     };
     match CoordinatorRecord::decode(key, value) {
         Ok(rec) => {
-            let (k, v) = rec.to_json();
+            let (k, mut v) = rec.to_json();
+            if let (CoordinatorRecord::GroupMetadata(_, Some((_, value))), Some((_, json))) =
+                (&rec, v.as_mut())
+            {
+                *json = consumer_protocol::decode_members(value, std::mem::take(json));
+            }
             let key = format!("{{\"type\":\"{}\",\"data\":{k}}}", rec.record_type());
             let payload = match v {
                 None => "<DELETE>".to_string(),
