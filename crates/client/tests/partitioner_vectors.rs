@@ -3,7 +3,10 @@
 //! strom's partitioner on seeded generated inputs: keys of every length, sticky sequences
 //! under batch sizes, partial appends with switching enabled or not, load stats from queue
 //! sizes (with partitions left out), partitions losing and regaining leaders; round-robin
-//! over changing availability. Both sides draw the same random values.
+//! over changing availability. Both sides draw the same random values. Plus the producer
+//! placing records through a real broker with each `partitioner.*` setting.
+
+mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -302,4 +305,103 @@ fn partitioner_matches_kafka_clients() {
     // The sequences exercise switching and weighting, not only the first pick.
     assert!(switches > 5000, "{switches} switches");
     assert!(weighted > 2000, "{weighted} load-stat updates");
+}
+
+/// Partitions the producer placed `records` (value `size` bytes, keyed when `keyed`) at, in
+/// send order, on a fresh 4-partition topic.
+async fn placed(
+    b: &common::Broker,
+    topic: &str,
+    props: &[(&str, &str)],
+    records: usize,
+    size: usize,
+    keyed: bool,
+) -> Vec<i32> {
+    use strom_client::{Admin, Client, ClientConfig, Producer, ProducerConfig};
+    let c = Client::connect(ClientConfig::new(&b.bootstrap()))
+        .await
+        .expect("connect");
+    Admin::new(c.clone())
+        .create_topic(topic, 4, 1, &[], false)
+        .await
+        .expect("create topic");
+    let mut all: Vec<(&str, &str)> = vec![("bootstrap.servers", "unused:1")];
+    all.extend_from_slice(props);
+    let producer = Producer::new(c, ProducerConfig::from_properties(&all).expect("config"));
+    let futs: Vec<_> = (0..records)
+        .map(|i| {
+            producer.send(
+                topic,
+                None,
+                keyed.then(|| bytes::Bytes::from(format!("key-{i}"))),
+                Some(bytes::Bytes::from(vec![b'v'; size])),
+                Vec::new(),
+            )
+        })
+        .collect();
+    producer.flush().await.expect("flush");
+    let mut out = Vec::new();
+    for f in futs {
+        out.push(f.await.expect("send").0);
+    }
+    out
+}
+
+#[test]
+fn the_producer_places_records_by_its_partitioner_settings() {
+    let b = common::Broker::start();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        // Unkeyed, batch.size 2000: stints of at least 2000 bytes of ~121-byte records, over
+        // every partition in the end.
+        let parts = placed(&b, "sticky", &[("batch.size", "2000")], 1500, 100, false).await;
+        let mut runs: Vec<usize> = Vec::new();
+        for (i, p) in parts.iter().enumerate() {
+            if i > 0 && parts[i - 1] == *p {
+                *runs.last_mut().unwrap() += 1;
+            } else {
+                runs.push(1);
+            }
+        }
+        let min_stint = 2000 / (61 + 121);
+        assert!(
+            runs[..runs.len() - 1].iter().all(|&n| n >= min_stint),
+            "{runs:?}"
+        );
+        assert!(runs.len() >= 10, "{runs:?}");
+        for p in 0..4 {
+            assert!(parts.contains(&p), "partition {p} never chosen: {runs:?}");
+        }
+        // partitioner.ignore.keys: keyed records are sticky too (50 small records, one batch).
+        let parts = placed(
+            &b,
+            "ignore-keys",
+            &[("partitioner.ignore.keys", "true")],
+            50,
+            10,
+            true,
+        )
+        .await;
+        assert!(parts.iter().all(|&p| p == parts[0]), "{parts:?}");
+        // Without it the keys are hashed.
+        let parts = placed(&b, "hashed", &[], 50, 10, true).await;
+        let expect: Vec<i32> = (0..50)
+            .map(|i| partition_for_key(format!("key-{i}").as_bytes(), 4))
+            .collect();
+        assert_eq!(parts, expect);
+        // Round-robin, keys or not.
+        let parts = placed(
+            &b,
+            "round-robin",
+            &[(
+                "partitioner.class",
+                "org.apache.kafka.clients.producer.RoundRobinPartitioner",
+            )],
+            12,
+            10,
+            true,
+        )
+        .await;
+        assert_eq!(parts, [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3]);
+    });
 }
