@@ -6,6 +6,8 @@
 //!   then a new one chosen at random among the partitions with a leader, weighted away from
 //!   partitions with long queues (`partitioner.adaptive.partitioning.enable`) and leaving out
 //!   partitions whose leader has not been drained for `partitioner.availability.timeout.ms`;
+//!   with `partitioner.rack.aware`, partitions led in `client.rack` are chosen when there
+//!   are any (KIP-1123);
 //! - `partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner`:
 //!   [`RoundRobinPartitioner`], every record (keyed or not) to the next available partition.
 //!
@@ -96,11 +98,13 @@ fn thread_random() -> RandomSource {
 }
 
 /// The partitions of a topic as the partitioner sees them: how many there are, and which have
-/// a leader (`Cluster.availablePartitionsForTopic`), in partition order.
+/// a leader (`Cluster.availablePartitionsForTopic`), in partition order, with the rack of each
+/// one's leader (`leader_racks[i]` for `available[i]`; missing entries have no rack).
 #[derive(Debug, Clone, Copy)]
 pub struct TopicPartitions<'a> {
     pub num_partitions: i32,
     pub available: &'a [i32],
+    pub leader_racks: &'a [Option<&'a str>],
 }
 
 /// The cumulative frequency table of KIP-794: a random number in `0..cft[len-1]` maps to the
@@ -118,10 +122,15 @@ struct StickyPartitionInfo {
     produced_bytes: i64,
 }
 
-/// Kafka's `BuiltInPartitioner` for one topic (rack-unaware).
+/// Kafka's `BuiltInPartitioner` for one topic.
 pub struct BuiltInPartitioner {
     sticky_batch_size: i64,
+    /// `partitioner.rack.aware`: `client.rack`, preferred for the leaders of new sticky
+    /// partitions; `None` when not rack-aware.
+    rack: Option<String>,
     load_stats: Option<PartitionLoadStats>,
+    /// Rack-aware: the load stats of the partitions led in `rack` (possibly none).
+    load_stats_in_rack: Option<PartitionLoadStats>,
     current: Option<StickyPartitionInfo>,
     random: RandomSource,
 }
@@ -130,7 +139,9 @@ impl std::fmt::Debug for BuiltInPartitioner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BuiltInPartitioner")
             .field("sticky_batch_size", &self.sticky_batch_size)
+            .field("rack", &self.rack)
             .field("load_stats", &self.load_stats)
+            .field("load_stats_in_rack", &self.load_stats_in_rack)
             .field("current", &self.current)
             .finish()
     }
@@ -147,21 +158,52 @@ impl BuiltInPartitioner {
     pub fn with_random(sticky_batch_size: usize, random: RandomSource) -> BuiltInPartitioner {
         BuiltInPartitioner {
             sticky_batch_size: sticky_batch_size.clamp(1, i32::MAX as usize) as i64,
+            rack: None,
             load_stats: None,
+            load_stats_in_rack: None,
             current: None,
             random,
         }
     }
 
+    /// Rack-aware (`partitioner.rack.aware=true` with `client.rack` = `rack`): new sticky
+    /// partitions are chosen among those whose leader is in `rack` when there are any.
+    pub fn rack_aware(mut self, rack: &str) -> BuiltInPartitioner {
+        self.rack = Some(rack.to_string());
+        self
+    }
+
     /// Picks the next sticky partition: weighted by the load stats when there are any,
-    /// otherwise uniformly among the available partitions, or among all when none is.
+    /// otherwise uniformly among the available partitions (those led in the producer's rack
+    /// first, when rack-aware), or among all when none is.
     fn next_partition(&mut self, topic: TopicPartitions<'_>) -> i32 {
         // Drawn first, whatever the branch, as Kafka does.
         let random = to_positive((self.random)());
-        match &self.load_stats {
+        let stats = match (&self.load_stats, &self.load_stats_in_rack) {
+            (Some(_), Some(r)) if !r.partition_ids.is_empty() => Some(r),
+            (s, _) => s.as_ref(),
+        };
+        match stats {
             None => {
-                if !topic.available.is_empty() {
-                    topic.available[random as usize % topic.available.len()]
+                let in_rack: Vec<i32> = match &self.rack {
+                    Some(rack) => topic
+                        .available
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| {
+                            topic.leader_racks.get(*i).copied().flatten() == Some(rack.as_str())
+                        })
+                        .map(|(_, &p)| p)
+                        .collect(),
+                    None => Vec::new(),
+                };
+                let list = if in_rack.is_empty() {
+                    topic.available
+                } else {
+                    &in_rack[..]
+                };
+                if !list.is_empty() {
+                    list[random as usize % list.len()]
                 } else if topic.num_partitions > 0 {
                     random % topic.num_partitions
                 } else {
@@ -231,6 +273,19 @@ impl BuiltInPartitioner {
         partition_ids: &[i32],
         length: usize,
     ) {
+        self.update_partition_load_stats_with_racks(queue_sizes, partition_ids, &[], length)
+    }
+
+    /// [`BuiltInPartitioner::update_partition_load_stats`] with the rack of each partition's
+    /// leader (`leader_racks[i]` for `partition_ids[i]`), for the rack-aware stats.
+    pub fn update_partition_load_stats_with_racks(
+        &mut self,
+        queue_sizes: Option<&[i32]>,
+        partition_ids: &[i32],
+        leader_racks: &[Option<&str>],
+        length: usize,
+    ) {
+        self.load_stats_in_rack = None;
         let Some(queue_sizes) = queue_sizes else {
             self.load_stats = None;
             return;
@@ -247,15 +302,29 @@ impl BuiltInPartitioner {
             self.load_stats = None;
             return;
         }
-        // Invert (longer queue, lower weight) and fold into a running sum.
-        let mut cft = Vec::with_capacity(length);
-        let mut sum: i32 = 0;
-        for &q in sizes {
-            sum = sum.saturating_add(max_plus_1.saturating_sub(q));
-            cft.push(sum);
+        // Rack-aware: the same over the partitions led in the producer's rack, with their own
+        // maximum (from -1: none may be there).
+        if let Some(rack) = &self.rack {
+            let (mut in_sizes, mut in_ids) = (Vec::new(), Vec::new());
+            for i in 0..length {
+                if leader_racks.get(i).copied().flatten() == Some(rack.as_str()) {
+                    in_sizes.push(sizes[i]);
+                    in_ids.push(partition_ids[i]);
+                }
+            }
+            let max = in_sizes
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(-1)
+                .saturating_add(1);
+            self.load_stats_in_rack = Some(PartitionLoadStats {
+                cumulative_frequency_table: invert_and_fold(&in_sizes, max),
+                partition_ids: in_ids,
+            });
         }
         self.load_stats = Some(PartitionLoadStats {
-            cumulative_frequency_table: cft,
+            cumulative_frequency_table: invert_and_fold(sizes, max_plus_1),
             partition_ids: partition_ids[..length].to_vec(),
         });
     }
@@ -266,6 +335,19 @@ impl BuiltInPartitioner {
             .as_ref()
             .and_then(|s| s.cumulative_frequency_table.last().copied())
     }
+}
+
+/// Inverts queue sizes (a longer queue, a lower weight: `max_plus_1 - size`) and folds them
+/// into a running sum: the cumulative frequency table.
+fn invert_and_fold(sizes: &[i32], max_plus_1: i32) -> Vec<i32> {
+    let mut sum: i32 = 0;
+    sizes
+        .iter()
+        .map(|&q| {
+            sum = sum.saturating_add(max_plus_1.saturating_sub(q));
+            sum
+        })
+        .collect()
 }
 
 /// Kafka's `RoundRobinPartitioner`: a counter per topic; each record goes to the next
@@ -343,6 +425,7 @@ mod tests {
         let t = TopicPartitions {
             num_partitions: 4,
             available: &all,
+            leader_racks: &[],
         };
         let mut p = BuiltInPartitioner::with_random(100, fixed(&[5, 2, 7]));
         assert_eq!(p.peek_current_partition(t), 1); // 5 % 4
@@ -364,6 +447,7 @@ mod tests {
         let t = TopicPartitions {
             num_partitions: 4,
             available: &avail,
+            leader_racks: &[],
         };
         let mut p = BuiltInPartitioner::with_random(1, fixed(&[0, 1, 2, 3]));
         let seq: Vec<i32> = (0..4)
@@ -378,6 +462,7 @@ mod tests {
         let none = TopicPartitions {
             num_partitions: 4,
             available: &[],
+            leader_racks: &[],
         };
         let mut p = BuiltInPartitioner::with_random(1, fixed(&[6]));
         assert_eq!(p.peek_current_partition(none), 2);
@@ -391,6 +476,7 @@ mod tests {
         let t = TopicPartitions {
             num_partitions: 13,
             available: &ids,
+            leader_racks: &[],
         };
         let picks: Vec<i32> = (0..9)
             .map(|r| {
@@ -419,12 +505,14 @@ mod tests {
         let all = TopicPartitions {
             num_partitions: 3,
             available: &[0, 1, 2],
+            leader_racks: &[],
         };
         let got: Vec<i32> = (0..5).map(|_| rr.partition("t", all)).collect();
         assert_eq!(got, [0, 1, 2, 0, 1]);
         let some = TopicPartitions {
             num_partitions: 3,
             available: &[0, 2],
+            leader_racks: &[],
         };
         // Counter 5, 6: 5 % 2 = 1 -> partition 2, then 0.
         assert_eq!(rr.partition("t", some), 2);

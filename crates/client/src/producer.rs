@@ -410,6 +410,7 @@ impl State {
             }
             (Some(p), _) => (p, false),
             (None, _) => {
+                self.partitioning.note_brokers(&md);
                 self.partitioning
                     .partition(&rec.topic, rec.key.as_ref(), tm, &self.queues)
             }

@@ -103,6 +103,10 @@ pub struct ProducerConfig {
     /// `partitioner.availability.timeout.ms`: partitions whose leader had data ready but could
     /// not be drained for longer are not chosen; 0 disables it.
     pub partitioner_availability_timeout: Duration,
+    /// `partitioner.rack.aware`: sticky partitions led in `client.rack` first.
+    pub partitioner_rack_aware: bool,
+    /// `client.rack` (the producer uses it for rack-aware partitioning only).
+    pub client_rack: String,
 }
 
 impl Default for ProducerConfig {
@@ -125,6 +129,8 @@ impl Default for ProducerConfig {
             partitioner_ignore_keys: false,
             partitioner_adaptive_partitioning: true,
             partitioner_availability_timeout: Duration::ZERO,
+            partitioner_rack_aware: false,
+            client_rack: String::new(),
         }
     }
 }
@@ -249,6 +255,8 @@ impl ProducerConfig {
                 "partitioner.adaptive.partitioning.enable" => {
                     c.partitioner_adaptive_partitioning = parse_bool(k, v)?
                 }
+                "partitioner.rack.aware" => c.partitioner_rack_aware = parse_bool(k, v)?,
+                "client.rack" => c.client_rack = v.to_string(),
                 "partitioner.availability.timeout.ms" => {
                     c.partitioner_availability_timeout =
                         Duration::from_millis(parse_long(k, v, 0)? as u64)

@@ -4,7 +4,8 @@
 //! to the sticky partition and whether its queue's batches are all full (switching waits for
 //! that), the queue sizes of the partitions with a leader (`partitioner.adaptive.partitioning.
 //! enable`), and how long each leader has had data ready without being drained
-//! (`partitioner.availability.timeout.ms`).
+//! (`partitioner.availability.timeout.ms`); with `partitioner.rack.aware`, the racks of the
+//! leaders, so that sticky partitions led in `client.rack` come first.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -41,6 +42,10 @@ pub(crate) struct Partitioning {
     /// partition of the topic has one.
     seen: HashMap<String, BTreeSet<i32>>,
     nodes: HashMap<i32, NodeLatency>,
+    /// `partitioner.rack.aware`: `client.rack`; `None` when not rack-aware.
+    rack: Option<String>,
+    /// Broker -> rack, from the latest metadata (rack-aware only).
+    broker_racks: HashMap<i32, String>,
 }
 
 /// The partitions with a leader, in partition order (`availablePartitionsForTopic`).
@@ -50,6 +55,16 @@ fn available(tm: &TopicMetadata) -> Vec<i32> {
         .filter(|p| p.leader >= 0)
         .map(|p| p.partition)
         .collect()
+}
+
+/// The rack of `partition`'s leader, if it has a leader with a rack.
+fn leader_rack<'a>(
+    racks: &'a HashMap<i32, String>,
+    tm: &TopicMetadata,
+    partition: i32,
+) -> Option<&'a str> {
+    let leader = tm.leader(partition)?;
+    racks.get(&leader).map(String::as_str)
 }
 
 /// Kafka's `allBatchesFull`: only the last batch of a queue may be incomplete.
@@ -70,7 +85,23 @@ impl Partitioning {
             round_robin: RoundRobinPartitioner::default(),
             seen: HashMap::new(),
             nodes: HashMap::new(),
+            rack: config
+                .partitioner_rack_aware
+                .then(|| config.client_rack.clone()),
+            broker_racks: HashMap::new(),
         }
+    }
+
+    /// Takes the brokers' racks from `md` (rack-aware only; the rest ignores racks).
+    pub(crate) fn note_brokers(&mut self, md: &ClusterMetadata) {
+        if self.rack.is_none() {
+            return;
+        }
+        self.broker_racks = md
+            .brokers
+            .values()
+            .filter_map(|b| Some((b.node_id, b.rack.clone()?)))
+            .collect();
     }
 
     /// The partition of a record without an explicit one (`KafkaProducer.partition`, then the
@@ -85,9 +116,14 @@ impl Partitioning {
     ) -> (i32, bool) {
         let n = tm.partitions.len() as i32;
         let avail = available(tm);
+        let racks: Vec<Option<&str>> = avail
+            .iter()
+            .map(|&p| leader_rack(&self.broker_racks, tm, p))
+            .collect();
         let view = TopicPartitions {
             num_partitions: n,
             available: &avail,
+            leader_racks: &racks,
         };
         match (self.kind, key) {
             (PartitionerKind::RoundRobin, _) => (self.round_robin.partition(topic, view), false),
@@ -96,10 +132,14 @@ impl Partitioning {
             }
             (PartitionerKind::BuiltIn, _) => {
                 let batch_size = self.batch_size;
-                let bp = self
-                    .built_in
-                    .entry(topic.to_string())
-                    .or_insert_with(|| BuiltInPartitioner::new(batch_size.max(1)));
+                let rack = self.rack.as_deref();
+                let bp = self.built_in.entry(topic.to_string()).or_insert_with(|| {
+                    let bp = BuiltInPartitioner::new(batch_size.max(1));
+                    match rack {
+                        Some(r) => bp.rack_aware(r),
+                        None => bp,
+                    }
+                });
                 let p = bp.peek_current_partition(view);
                 // A switch held back while the queue had an incomplete batch happens as soon
                 // as its batches are all full (the accumulator's `partitionChanged`).
@@ -125,13 +165,21 @@ impl Partitioning {
             .entry(tm.name.clone())
             .or_default()
             .insert(partition);
-        let Some(bp) = self.built_in.get_mut(&tm.name).filter(|_| sticky) else {
+        if !sticky {
+            return;
+        }
+        let avail = available(tm);
+        let racks: Vec<Option<&str>> = avail
+            .iter()
+            .map(|&p| leader_rack(&self.broker_racks, tm, p))
+            .collect();
+        let Some(bp) = self.built_in.get_mut(&tm.name) else {
             return;
         };
-        let avail = available(tm);
         let view = TopicPartitions {
             num_partitions: tm.partitions.len() as i32,
             available: &avail,
+            leader_racks: &racks,
         };
         bp.update_partition_info(appended, view, all_batches_full(Some(q), self.batch_size));
     }
@@ -143,6 +191,7 @@ impl Partitioning {
         md: &ClusterMetadata,
         queues: &HashMap<Tp, VecDeque<ProducerBatch>>,
     ) {
+        self.note_brokers(md);
         for (topic, bp) in self.built_in.iter_mut() {
             let seen = self.seen.get(topic);
             let Some(tm) = md.topics.get(topic) else {
@@ -176,7 +225,16 @@ impl Partitioning {
                     }
                 }
             }
-            bp.update_partition_load_stats(Some(&sizes), &ids, (index + 1) as usize);
+            let racks: Vec<Option<&str>> = ids
+                .iter()
+                .map(|&p| leader_rack(&self.broker_racks, tm, p))
+                .collect();
+            bp.update_partition_load_stats_with_racks(
+                Some(&sizes),
+                &ids,
+                &racks,
+                (index + 1) as usize,
+            );
         }
     }
 
@@ -330,6 +388,41 @@ mod tests {
     }
 
     #[test]
+    fn rack_aware_sticky_partitions_are_led_in_the_client_rack() {
+        let tm = topic(&[1, 2, 3, 4]);
+        let mut md = ClusterMetadata::default();
+        for (id, rack) in [(1, "a"), (2, "b"), (3, "a"), (4, "b")] {
+            md.brokers.insert(
+                id,
+                crate::client::BrokerInfo {
+                    node_id: id,
+                    host: "h".into(),
+                    port: 1,
+                    rack: Some(rack.into()),
+                },
+            );
+        }
+        let mut p = Partitioning::new(&config(&[
+            ("batch.size", "200"),
+            ("partitioner.rack.aware", "true"),
+            ("client.rack", "b"),
+        ]));
+        p.note_brokers(&md);
+        let parts = produce(&mut p, &tm, 200, 50, 300, true);
+        assert!(parts.iter().all(|&x| x == 1 || x == 3), "{parts:?}");
+        assert!(parts.contains(&1) && parts.contains(&3), "{parts:?}");
+        // A rack no leader is in: every partition.
+        let mut p = Partitioning::new(&config(&[
+            ("batch.size", "200"),
+            ("partitioner.rack.aware", "true"),
+            ("client.rack", "c"),
+        ]));
+        p.note_brokers(&md);
+        let parts = produce(&mut p, &tm, 200, 50, 300, true);
+        assert!((0..4).all(|x| parts.contains(&x)), "{parts:?}");
+    }
+
+    #[test]
     fn keys_hash_unless_ignored_and_round_robin_takes_every_record() {
         let tm = topic(&[1, 1, 1]);
         let queues = HashMap::new();
@@ -382,6 +475,7 @@ mod tests {
         let view = TopicPartitions {
             num_partitions: 3,
             available: &[0, 1, 2],
+            leader_racks: &[],
         };
         let mut counts = [0; 3];
         for _ in 0..2000 {

@@ -346,6 +346,8 @@ fn partitioner_settings() {
         ("partitioner.ignore.keys", "true"),
         ("partitioner.adaptive.partitioning.enable", "false"),
         ("partitioner.availability.timeout.ms", "250"),
+        ("partitioner.rack.aware", "true"),
+        ("client.rack", "r1"),
     ])
     .unwrap();
     assert_eq!(c.partitioner, PartitionerKind::RoundRobin);

@@ -62,8 +62,23 @@ enum Op {
     Available(Vec<i32>),
 }
 
+fn rack_name(r: i32) -> Option<String> {
+    (r >= 0).then(|| format!("r{r}"))
+}
+
 /// Runs a sticky scenario on strom's partitioner: the partition after each peek and update.
-fn run_sticky(batch: usize, n: i32, avail: &[i32], randoms: &[i32], ops: &[Op]) -> Vec<i64> {
+/// `rack`: -1 not rack-aware, else rack-aware in rack "r<rack>"; `racks[p]`: the rack number
+/// of partition p's leader (-1 none).
+fn run_sticky(
+    batch: usize,
+    n: i32,
+    avail: &[i32],
+    randoms: &[i32],
+    (rack, racks): (i32, &[i32]),
+    ops: &[Op],
+) -> Vec<i64> {
+    let names: Vec<Option<String>> = racks.iter().map(|&r| rack_name(r)).collect();
+    let rack_of = |p: i32| names.get(p as usize).and_then(|r| r.as_deref());
     // Shared so that the values the partitioner drew can be checked afterwards.
     let drawn = Arc::new(Mutex::new(0usize));
     let (d, values) = (drawn.clone(), randoms.to_vec());
@@ -75,12 +90,17 @@ fn run_sticky(batch: usize, n: i32, avail: &[i32], randoms: &[i32], ops: &[Op]) 
             values.get(*i - 1).copied().unwrap_or(0)
         }),
     );
+    if rack >= 0 {
+        bp = bp.rack_aware(&format!("r{rack}"));
+    }
     let mut avail = avail.to_vec();
     let mut out = Vec::new();
     for op in ops {
+        let avail_racks: Vec<Option<&str>> = avail.iter().map(|&p| rack_of(p)).collect();
         let view = TopicPartitions {
             num_partitions: n,
             available: &avail,
+            leader_racks: &avail_racks,
         };
         match op {
             Op::Peek => out.push(bp.peek_current_partition(view) as i64),
@@ -89,7 +109,10 @@ fn run_sticky(batch: usize, n: i32, avail: &[i32], randoms: &[i32], ops: &[Op]) 
                 bp.update_partition_info(*bytes, view, *enable);
                 out.push(bp.peek_current_partition(view) as i64);
             }
-            Op::Stats(sizes, ids, len) => bp.update_partition_load_stats(Some(sizes), ids, *len),
+            Op::Stats(sizes, ids, len) => {
+                let r: Vec<Option<&str>> = ids.iter().map(|&p| rack_of(p)).collect();
+                bp.update_partition_load_stats_with_racks(Some(sizes), ids, &r, *len)
+            }
             Op::NoStats => bp.update_partition_load_stats(None, &[], 0),
             Op::Available(a) => avail = a.clone(),
         }
@@ -185,10 +208,22 @@ fn partitioner_matches_kafka_clients() {
 
     // Sticky sequences.
     let (mut sticky_cases, mut sticky_picks, mut switches, mut weighted) = (0, 0, 0, 0);
+    let mut rack_aware = 0;
     for _ in 0..1500 {
         let batch = [1usize, 16, 100, 1000, 16384][rng.random_range(0..5)];
         let n = rng.random_range(1..=12);
         let avail = subset(&mut rng, n, 0.05);
+        // Half the sequences rack-aware, in one of three racks; leaders spread over them
+        // (some without a rack).
+        let rack = if rng.random_bool(0.5) {
+            rng.random_range(0..3)
+        } else {
+            -1
+        };
+        let racks: Vec<i32> = (0..n).map(|_| rng.random_range(-1..3)).collect();
+        if rack >= 0 {
+            rack_aware += 1;
+        }
         let nops = rng.random_range(5..60);
         let mut ops = Vec::new();
         let mut tokens = Vec::new();
@@ -241,16 +276,18 @@ fn partitioner_matches_kafka_clients() {
             .map(|_| to_positive(rng.random::<i32>()))
             .collect();
         let v = ask(format!(
-            "S {batch} {n} {} {} {}",
+            "S {batch} {n} {} {} {rack} {} {}",
             csv(&avail),
             csv(&randoms),
+            csv(&racks),
             tokens.join(" ")
         ));
         let theirs = outs(&v);
-        let ours = run_sticky(batch, n, &avail, &randoms, &ops);
+        let ours = run_sticky(batch, n, &avail, &randoms, (rack, &racks), &ops);
         assert_eq!(
             ours, theirs,
-            "sticky: batch {batch}, {n} partitions, available {avail:?}, ops {tokens:?}"
+            "sticky: batch {batch}, {n} partitions, available {avail:?}, rack {rack}, leader \
+             racks {racks:?}, ops {tokens:?}"
         );
         sticky_picks += ours.len();
         switches += ours.windows(2).filter(|w| w[0] != w[1]).count();
@@ -284,6 +321,7 @@ fn partitioner_matches_kafka_clients() {
                     TopicPartitions {
                         num_partitions: n,
                         available: a,
+                        leader_racks: &[],
                     },
                 ) as i64);
             }
@@ -296,7 +334,8 @@ fn partitioner_matches_kafka_clients() {
     let _ = java.wait();
     println!(
         "compared: {keys} keys, {sticky_cases} sticky sequences ({sticky_picks} picks, \
-         {switches} switches, {weighted} load-stat updates), {rr_cases} round-robin sequences \
+         {switches} switches, {weighted} load-stat updates, {rack_aware} rack-aware), {rr_cases} \
+         round-robin sequences \
          ({rr_picks} picks)"
     );
     assert_eq!(keys, 3000);
@@ -305,6 +344,7 @@ fn partitioner_matches_kafka_clients() {
     // The sequences exercise switching and weighting, not only the first pick.
     assert!(switches > 5000, "{switches} switches");
     assert!(weighted > 2000, "{weighted} load-stat updates");
+    assert!(rack_aware > 500, "{rack_aware} rack-aware sequences");
 }
 
 /// Partitions the producer placed `records` (value `size` bytes, keyed when `keyed`) at, in

@@ -7,7 +7,9 @@
 //
 // Cases (whitespace-separated tokens; "-" is an empty list, lists are comma-separated):
 //   K <numPartitions> <key hex>             -> {"murmur2":m,"partition":p}
-//   S <batchSize> <numPartitions> <available> <randoms> <op>...
+//   S <batchSize> <numPartitions> <available> <randoms> <rack> <leaderRacks> <op>...
+//      rack: -1 not rack-aware, k rack-aware in rack "rk"; leaderRacks: per partition, the
+//      rack number of its leader (-1: a leader without rack)
 //      ops: P (peek), U:<bytes>:<0|1> (peek, then update with enableSwitch),
 //           L:<queueSizes>:<partitionIds>:<length>, N (null load stats), A:<available>
 //                                          -> {"out":[partition after each P and U]}
@@ -50,23 +52,37 @@ public class PartitionerOracle {
         return out;
     }
 
-    // A cluster with one topic of n partitions; those in `available` have a leader.
-    static Cluster cluster(int n, int[] available) {
+    static String rackName(int r) {
+        return r < 0 ? null : "r" + r;
+    }
+
+    // A cluster with one topic of n partitions; those in `available` have a leader, in rack
+    // racks[p] (none when racks is empty or the entry is -1).
+    static Cluster cluster(int n, int[] available, int[] racks) {
         boolean[] led = new boolean[n];
         for (int p : available) led[p] = true;
         List<PartitionInfo> parts = new ArrayList<>();
-        Node[] replicas = {NODE};
-        for (int p = 0; p < n; p++)
-            parts.add(new PartitionInfo(TOPIC, p, led[p] ? NODE : null, replicas, replicas));
-        return new Cluster("c", Collections.singletonList(NODE), parts,
-            Collections.emptySet(), Collections.emptySet());
+        List<Node> nodes = new ArrayList<>();
+        nodes.add(NODE);
+        for (int p = 0; p < n; p++) {
+            int r = p < racks.length ? racks[p] : -1;
+            Node leader = r < 0 ? NODE : new Node(r + 1, "localhost", 9092, rackName(r));
+            if (!nodes.contains(leader)) nodes.add(leader);
+            Node[] replicas = {leader};
+            parts.add(new PartitionInfo(TOPIC, p, led[p] ? leader : null, replicas, replicas));
+        }
+        return new Cluster("c", nodes, parts, Collections.emptySet(), Collections.emptySet());
+    }
+
+    static Cluster cluster(int n, int[] available) {
+        return cluster(n, available, new int[0]);
     }
 
     static class Scripted extends BuiltInPartitioner {
         final ArrayDeque<Integer> randoms = new ArrayDeque<>();
 
-        Scripted(int batchSize) {
-            super(new LogContext("oracle "), TOPIC, batchSize, false, null);
+        Scripted(int batchSize, int rack) {
+            super(new LogContext("oracle "), TOPIC, batchSize, rack >= 0, rack >= 0 ? rackName(rack) : "");
         }
 
         @Override
@@ -89,11 +105,13 @@ public class PartitionerOracle {
     static String sticky(String[] t) {
         int batchSize = Integer.parseInt(t[1]);
         int n = Integer.parseInt(t[2]);
-        Cluster c = cluster(n, ints(t[3]));
-        Scripted bp = new Scripted(batchSize);
+        int rack = Integer.parseInt(t[5]);
+        int[] leaderRacks = ints(t[6]);
+        Cluster c = cluster(n, ints(t[3]), leaderRacks);
+        Scripted bp = new Scripted(batchSize, rack);
         for (int r : ints(t[4])) bp.randoms.add(r);
         List<Integer> out = new ArrayList<>();
-        for (int i = 5; i < t.length; i++) {
+        for (int i = 7; i < t.length; i++) {
             String[] op = t[i].split(":", -1);
             switch (op[0]) {
                 case "P":
@@ -108,15 +126,17 @@ public class PartitionerOracle {
                 case "L": {
                     int[] sizes = ints(op[1]);
                     int[] ids = ints(op[2]);
-                    bp.updatePartitionLoadStats(sizes, ids, new String[sizes.length],
-                        Integer.parseInt(op[3]));
+                    String[] racks = new String[sizes.length];
+                    for (int k = 0; k < ids.length; k++)
+                        racks[k] = ids[k] < leaderRacks.length ? rackName(leaderRacks[ids[k]]) : null;
+                    bp.updatePartitionLoadStats(sizes, ids, racks, Integer.parseInt(op[3]));
                     break;
                 }
                 case "N":
                     bp.updatePartitionLoadStats(null, null, null, 0);
                     break;
                 case "A":
-                    c = cluster(n, ints(op[1]));
+                    c = cluster(n, ints(op[1]), leaderRacks);
                     break;
                 default:
                     throw new IllegalArgumentException("unknown op " + t[i]);
