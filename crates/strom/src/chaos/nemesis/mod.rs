@@ -400,9 +400,9 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         None => println!("  recovery: NOT within {} s", RECOVERY.as_secs()),
     }
     println!(
-        "  replicas: {} batches below the HW compared on {} nodes, {}",
+        "  replicas: {} batches below the HW compared on the {} replicas of each partition, {}",
         batches_compared,
-        NODES,
+        replication,
         if replica_problems.is_empty() {
             "all agree".to_string()
         } else {
