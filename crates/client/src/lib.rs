@@ -37,6 +37,7 @@ pub mod partitioner;
 pub mod producer;
 mod producer_batch;
 mod producer_config;
+mod producer_partitioning;
 pub mod versions;
 
 pub use admin::{Admin, ConfigEntry, NewTopic, TopicDescription};

@@ -27,7 +27,7 @@ use crate::connection::Connection;
 use crate::error::{Error, Result};
 pub use crate::idempotence::ProducerIdAndEpoch;
 use crate::idempotence::{Tp, TransactionManager};
-use crate::partitioner::{partition_for_key, StickyPartitioner};
+use crate::producer_partitioning::Partitioning;
 use crate::ErrorCode;
 
 pub use crate::producer_batch::*;
@@ -101,6 +101,7 @@ impl Producer {
         let (etx, erx) = mpsc::unbounded_channel();
         let producer_id = Arc::new(Mutex::new(ProducerIdAndEpoch::NONE));
         let retries = Arc::new(AtomicU64::new(0));
+        let partitioning = Partitioning::new(&config);
         let state = State {
             retried: retries.clone(),
             client,
@@ -115,7 +116,7 @@ impl Producer {
             node_backoff: HashMap::new(),
             muted: HashSet::new(),
             flush_waiters: Vec::new(),
-            sticky: StickyPartitioner::default(),
+            partitioning,
             next_batch_id: 0,
             events: etx,
             closing: false,
@@ -240,7 +241,7 @@ struct State {
     node_backoff: HashMap<i32, Instant>,
     muted: HashSet<Tp>,
     flush_waiters: Vec<oneshot::Sender<()>>,
-    sticky: StickyPartitioner,
+    partitioning: Partitioning,
     next_batch_id: u64,
     events: mpsc::UnboundedSender<Event>,
     closing: bool,
@@ -407,22 +408,26 @@ impl State {
                 }));
                 return;
             }
-            (Some(p), _) => p,
-            (None, Some(k)) => partition_for_key(k, n),
-            (None, None) => self.sticky.partition(&rec.topic, n),
+            (Some(p), _) => (p, false),
+            (None, _) => {
+                self.partitioning.note_brokers(&md);
+                self.partitioning
+                    .partition(&rec.topic, rec.key.as_ref(), tm, &self.queues)
+            }
         };
+        let (partition, sticky) = partition;
         let key = (rec.topic.clone(), partition);
         let batch_size = self.config.batch_size;
         let q = self.queues.entry(key).or_default();
+        let before: usize = q.iter().map(|b| b.size()).sum();
         let mut pending = Some((rec, Some(d)));
         if let Some(open) = q.back_mut().filter(|b| !b.is_closed() && !b.has_sequence()) {
             let (rec, d) = pending.take().unwrap();
             if let Err(back) = open.try_append(rec, d, batch_size) {
                 pending = Some(back);
-                // Full: it is sent as it is, and the sticky partition moves on. (It is encoded
-                // when drained, once its producer state is known.)
+                // Full: it is sent as it is. (It is encoded when drained, once its producer
+                // state is known.)
                 open.full = true;
-                self.sticky.batch_completed(&open.topic, partition, n);
             }
         }
         if let Some((rec, d)) = pending {
@@ -432,6 +437,9 @@ impl State {
             let _ = b.try_append(rec, d, batch_size);
             q.push_back(b);
         }
+        let after: usize = q.iter().map(|b| b.size()).sum();
+        self.partitioning
+            .appended(tm, partition, sticky, after.saturating_sub(before), q);
     }
 
     fn wait_for_metadata(&mut self, rec: ProducerRecord, d: Delivery, enqueued: Instant) {
@@ -795,6 +803,7 @@ impl State {
         }
         let flushing = self.flushing();
         let md = self.client.metadata();
+        self.partitioning.update_load_stats(&md, &self.queues);
         let mut per_node: HashMap<i32, Vec<Tp>> = HashMap::new();
         let mut need_md = Vec::new();
         for (key, q) in self.queues.iter() {
@@ -816,11 +825,14 @@ impl State {
         }
         for (node, mut keys) in per_node {
             if *self.in_flight.get(&node).unwrap_or(&0) >= self.config.max_in_flight {
+                self.partitioning.node_ready(node, now, false);
                 continue;
             }
             let Some(conn) = self.ready_connection(node) else {
+                self.partitioning.node_ready(node, now, false);
                 continue;
             };
+            self.partitioning.node_ready(node, now, true);
             keys.sort();
             let mut batches = Vec::new();
             let mut total = 0;
@@ -857,11 +869,6 @@ impl State {
                     continue;
                 }
                 total += b.encoded().map_or(0, |e| e.len());
-                let n = md
-                    .topics
-                    .get(&b.topic)
-                    .map_or(1, |t| t.partitions.len() as i32);
-                self.sticky.batch_completed(&b.topic, b.partition, n);
                 if self.guarantee_order {
                     self.muted.insert(key);
                 }

@@ -7,6 +7,7 @@ pub use strom_protocol::records::Compression;
 
 use crate::client::ClientConfig;
 use crate::error::{Error, Result};
+use crate::partitioner::PartitionerKind;
 
 /// `acks`: how many replicas must have the batch before the broker answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +93,20 @@ pub struct ProducerConfig {
     pub request_timeout: Duration,
     /// `max.request.size`: limit on a Produce request's batches.
     pub max_request_size: usize,
+    /// `partitioner.class`: unset is the built-in partitioner (see [`crate::partitioner`]).
+    pub partitioner: PartitionerKind,
+    /// `partitioner.ignore.keys`: keyed records are placed as unkeyed ones.
+    pub partitioner_ignore_keys: bool,
+    /// `partitioner.adaptive.partitioning.enable`: sticky partitions chosen away from long
+    /// queues.
+    pub partitioner_adaptive_partitioning: bool,
+    /// `partitioner.availability.timeout.ms`: partitions whose leader had data ready but could
+    /// not be drained for longer are not chosen; 0 disables it.
+    pub partitioner_availability_timeout: Duration,
+    /// `partitioner.rack.aware`: sticky partitions led in `client.rack` first.
+    pub partitioner_rack_aware: bool,
+    /// `client.rack` (the producer uses it for rack-aware partitioning only).
+    pub client_rack: String,
 }
 
 impl Default for ProducerConfig {
@@ -110,6 +125,12 @@ impl Default for ProducerConfig {
             delivery_timeout: Duration::from_secs(120),
             request_timeout: Duration::from_secs(30),
             max_request_size: 1024 * 1024,
+            partitioner: PartitionerKind::BuiltIn,
+            partitioner_ignore_keys: false,
+            partitioner_adaptive_partitioning: true,
+            partitioner_availability_timeout: Duration::ZERO,
+            partitioner_rack_aware: false,
+            client_rack: String::new(),
         }
     }
 }
@@ -118,6 +139,18 @@ pub(crate) fn invalid_value(key: &str, value: &str, why: &str) -> Error {
     Error::ConfigException(format!(
         "Invalid value {value} for configuration {key}: {why}"
     ))
+}
+
+pub(crate) fn parse_bool(key: &str, value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(invalid_value(
+            key,
+            value,
+            "Expected value to be either true or false",
+        )),
+    }
 }
 
 pub(crate) fn parse_int(key: &str, value: &str, min: i64) -> Result<i64> {
@@ -213,6 +246,21 @@ impl ProducerConfig {
                     c.retry_backoff = Duration::from_millis(parse_long(k, v, 0)? as u64)
                 }
                 "max.request.size" => c.max_request_size = parse_int(k, v, 0)? as usize,
+                "partitioner.class" => {
+                    c.partitioner = PartitionerKind::from_class(v).ok_or_else(|| {
+                        invalid_value(k, v, &format!("Class {} could not be found.", v.trim()))
+                    })?
+                }
+                "partitioner.ignore.keys" => c.partitioner_ignore_keys = parse_bool(k, v)?,
+                "partitioner.adaptive.partitioning.enable" => {
+                    c.partitioner_adaptive_partitioning = parse_bool(k, v)?
+                }
+                "partitioner.rack.aware" => c.partitioner_rack_aware = parse_bool(k, v)?,
+                "client.rack" => c.client_rack = v.to_string(),
+                "partitioner.availability.timeout.ms" => {
+                    c.partitioner_availability_timeout =
+                        Duration::from_millis(parse_long(k, v, 0)? as u64)
+                }
                 _ => tracing::warn!(
                     config = k,
                     "The configuration '{k}' was supplied but isn't a known config."

@@ -329,3 +329,42 @@ fn parses_settings() {
     assert_eq!(parse_compression("ZSTD").unwrap(), Compression::Zstd);
     assert!(parse_compression("brotli").is_err());
 }
+
+#[test]
+fn partitioner_settings() {
+    use crate::partitioner::PartitionerKind;
+    let c = props(&[]).unwrap();
+    assert_eq!(c.partitioner, PartitionerKind::BuiltIn);
+    assert!(!c.partitioner_ignore_keys);
+    assert!(c.partitioner_adaptive_partitioning);
+    assert_eq!(c.partitioner_availability_timeout, Duration::ZERO);
+    let c = props(&[
+        (
+            "partitioner.class",
+            "org.apache.kafka.clients.producer.RoundRobinPartitioner",
+        ),
+        ("partitioner.ignore.keys", "true"),
+        ("partitioner.adaptive.partitioning.enable", "false"),
+        ("partitioner.availability.timeout.ms", "250"),
+        ("partitioner.rack.aware", "true"),
+        ("client.rack", "r1"),
+    ])
+    .unwrap();
+    assert_eq!(c.partitioner, PartitionerKind::RoundRobin);
+    assert!(c.partitioner_ignore_keys);
+    assert!(!c.partitioner_adaptive_partitioning);
+    assert_eq!(
+        c.partitioner_availability_timeout,
+        Duration::from_millis(250)
+    );
+    assert_eq!(
+        config_error(&[("partitioner.class", "com.example.Mine")]),
+        "Invalid value com.example.Mine for configuration partitioner.class: Class \
+         com.example.Mine could not be found."
+    );
+    assert_eq!(
+        config_error(&[("partitioner.ignore.keys", "yes")]),
+        "Invalid value yes for configuration partitioner.ignore.keys: Expected value to be \
+         either true or false"
+    );
+}

@@ -7,13 +7,15 @@
 //!
 //! This module owns the arguments and the run's phases; the parts are in `workload` (clients),
 //! `nemesis` (faults), `checker` (properties over histories), `replicas` (log agreement) and
-//! `netns` (the test network).
+//! `netns` (the test network); `unclean` is the known-unsafe scripted scenario of
+//! `--unsafe-unclean`, which must end in reported loss.
 
 mod checker;
 #[allow(clippy::module_inception)]
 mod nemesis;
 mod netns;
 mod replicas;
+mod unclean;
 mod workload;
 
 use std::collections::HashMap;
@@ -54,6 +56,13 @@ pub struct NemesisArgs {
     /// Keep the data dir (logs, server.log of each node) after a clean run too.
     #[arg(long)]
     pub keep_data: bool,
+    /// Known-unsafe: instead of the random schedule, a topic with replication factor 2,
+    /// min.insync.replicas=1 and unclean.leader.election.enable=true; partition 0's follower is
+    /// cut off (paused, or with --net its link to the leader cut) until the ISR is the leader,
+    /// which then acknowledges records alone; the leader is killed and the stale follower
+    /// elected uncleanly. The run succeeds only if the checker reports the lost records.
+    #[arg(long)]
+    pub unsafe_unclean: bool,
 }
 
 /// "120s", "2m", "500ms" or plain seconds.
@@ -104,10 +113,33 @@ pub async fn run(args: NemesisArgs) -> anyhow::Result<()> {
 
 async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
     let start = Instant::now();
+    let unsafe_mode = args.unsafe_unclean;
+    let (replication, topic_configs) = if unsafe_mode {
+        (2, unclean::topic_configs())
+    } else {
+        (
+            NODES as usize,
+            vec![
+                ("min.insync.replicas".to_string(), "2".to_string()),
+                (
+                    "unclean.leader.election.enable".to_string(),
+                    "false".to_string(),
+                ),
+            ],
+        )
+    };
+    let shown: Vec<String> = topic_configs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     println!(
-        "nemesis: seed {seed}, duration {} s, {} nodes{}, {} producers (idempotent, acks=all), \
-         {} consumers, topic '{TOPIC}' {} partitions RF 3 min.insync.replicas 2 \
-         unclean.leader.election.enable=false",
+        "nemesis{}: seed {seed}, duration {} s, {} nodes{}, {} producers (idempotent, acks=all), \
+         {} consumers, topic '{TOPIC}' {} partitions RF {replication} {}",
+        if unsafe_mode {
+            " (UNSAFE: unclean election)"
+        } else {
+            ""
+        },
         args.duration.as_secs(),
         NODES,
         if args.net {
@@ -117,7 +149,8 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         },
         args.producers,
         args.consumers,
-        args.partitions
+        args.partitions,
+        shown.join(" ")
     );
     // Declared before the cluster so that it is dropped after it: nodes die first, then their
     // namespaces go.
@@ -149,9 +182,9 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
     let probe = Probe {
         bootstrap: cluster.bootstrap_without(&[]),
         partitions: args.partitions,
-        replicas: NODES as usize,
+        replicas: replication,
     };
-    workload::set_up_topic(&probe, NODES as usize).await?;
+    workload::set_up_topic(&probe, NODES as usize, &topic_configs, unsafe_mode).await?;
     cluster.procs.check_alive()?;
     println!(
         "[{:7.2}s] cluster up, topic created, ISR full; starting the workload",
@@ -187,14 +220,17 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
 
     let nemesis_start = Instant::now();
     let mut nem = nemesis::Nemesis::new(seed, args.net, start);
-    let r = nem
-        .run(
+    let r = if unsafe_mode {
+        unclean::run(&mut nem, &mut cluster, lab.as_mut(), &probe, &shared).await
+    } else {
+        nem.run(
             &mut cluster,
             lab.as_mut(),
             &probe,
             nemesis_start + args.duration,
         )
-        .await;
+        .await
+    };
     nem.heal_all(&mut cluster, lab.as_mut())?;
     r?;
     let nemesis_minutes = nemesis_start.elapsed().as_secs_f64() / 60.0;
@@ -232,7 +268,9 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
                 sorted(&h),
                 sorted(&acked_at_heal)
             );
-            if whole && covers(&h, &acked_at_heal) {
+            // After an unclean election acknowledged offsets may never be below the HW again:
+            // that is the loss the checker reports, so only the ISR counts as recovery.
+            if whole && (unsafe_mode || covers(&h, &acked_at_heal)) {
                 recovered = Some(healed.elapsed().as_secs_f64());
                 break;
             }
@@ -258,7 +296,7 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
             "not recovered {} s after the nemesis stopped: {last_state}",
             RECOVERY.as_secs()
         ));
-    } else if !covers(&hws, &all_acked) {
+    } else if !unsafe_mode && !covers(&hws, &all_acked) {
         // Should not happen: each was below the HW when acknowledged.
         problems.push(format!(
             "high watermarks {:?} below acknowledged offsets {:?}",
@@ -290,12 +328,19 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
     let history = shared.history();
     let report = checker::check(&history, &final_log);
 
-    // Replicas agree below the HW.
+    // Replicas agree below the HW (the replicas of each partition: all nodes unless the
+    // replication factor is lower).
+    let replica_sets: HashMap<i32, Vec<i32>> = probe
+        .partition_metadata()
+        .await
+        .map(|ps| ps.into_iter().map(|p| (p.partition, p.replicas)).collect())
+        .unwrap_or_default();
+    let all_nodes: Vec<i32> = (1..=cluster.nodes()).collect();
     let mut batches_compared = 0;
     let mut replica_problems = Vec::new();
     for (&p, &hw) in &hws {
         let mut logs = Vec::new();
-        for n in 1..=cluster.nodes() {
+        for &n in replica_sets.get(&p).unwrap_or(&all_nodes) {
             let pdir = cluster.node_dir(n).join(format!("{TOPIC}-{p}"));
             logs.push((
                 n,
@@ -355,9 +400,9 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         None => println!("  recovery: NOT within {} s", RECOVERY.as_secs()),
     }
     println!(
-        "  replicas: {} batches below the HW compared on {} nodes, {}",
+        "  replicas: {} batches below the HW compared on the {} replicas of each partition, {}",
         batches_compared,
-        NODES,
+        replication,
         if replica_problems.is_empty() {
             "all agree".to_string()
         } else {
@@ -387,12 +432,27 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
     for p in replica_problems.iter().chain(problems.iter()) {
         println!("    {p}");
     }
+    let lost = report.counts().get("lost").copied().unwrap_or(0);
     println!(
-        "nemesis-result: actions={} acked={} violations={total}",
+        "nemesis-result: actions={} acked={} violations={total} lost={lost}",
         nem.total(),
         history.acked.len()
     );
-    if total > 0 {
+    if unsafe_mode {
+        // The expected outcome of the unsafe setting is loss: finding none means the checker
+        // (or the scenario) is blind, which is the failure here.
+        if lost == 0 {
+            bail!(
+                "--unsafe-unclean: the checker reported no lost acknowledged records after an \
+                 unclean election; data dir {}",
+                dir.display()
+            );
+        }
+        println!(
+            "unsafe mode: {lost} acknowledged records lost, as expected of unclean leader \
+             election"
+        );
+    } else if total > 0 {
         bail!("{total} violation(s); data dir {}", dir.display());
     }
     // A clean run's data is of no further use unless asked for.

@@ -134,11 +134,16 @@ impl Nemesis {
         }
     }
 
-    fn log(&self, msg: &str) {
+    pub fn log(&self, msg: &str) {
         println!(
             "[{:7.2}s] nemesis: {msg}",
             self.start.elapsed().as_secs_f64()
         );
+    }
+
+    /// Counts one action of kind `name` done.
+    pub fn count(&mut self, name: &'static str) {
+        *self.done.entry(name).or_insert(0) += 1;
     }
 
     pub fn total(&self) -> u64 {

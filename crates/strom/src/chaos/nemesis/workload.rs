@@ -17,7 +17,7 @@ use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use strom_client::consumer::LATEST_TIMESTAMP;
 use strom_client::{Admin, Client, ClientConfig, Consumer, ConsumerConfig, OffsetReset};
-use strom_client::{Producer, ProducerConfig};
+use strom_client::{PartitionMetadata, Producer, ProducerConfig};
 
 use super::checker::{value_of, Acked, FinalLog, History, Observed};
 
@@ -58,22 +58,28 @@ impl Probe {
         Ok(Admin::new(c))
     }
 
-    /// partition -> (leader, isr), for partitions with a leader.
-    pub async fn partition_state(&self) -> anyhow::Result<BTreeMap<i32, (i32, Vec<i32>)>> {
+    /// Every partition of the topic as Metadata describes it.
+    pub async fn partition_metadata(&self) -> anyhow::Result<Vec<PartitionMetadata>> {
         bounded("describe topic", async {
             let admin = self.admin().await?;
             let d = admin.describe_topics(Some(&[TOPIC.to_string()])).await?;
-            Ok(d.first()
-                .map(|t| {
-                    t.partitions
-                        .iter()
-                        .filter(|p| p.leader >= 0)
-                        .map(|p| (p.partition, (p.leader, p.isr.clone())))
-                        .collect()
-                })
+            Ok(d.into_iter()
+                .next()
+                .map(|t| t.partitions)
                 .unwrap_or_default())
         })
         .await
+    }
+
+    /// partition -> (leader, isr), for partitions with a leader.
+    pub async fn partition_state(&self) -> anyhow::Result<BTreeMap<i32, (i32, Vec<i32>)>> {
+        Ok(self
+            .partition_metadata()
+            .await?
+            .into_iter()
+            .filter(|p| p.leader >= 0)
+            .map(|p| (p.partition, (p.leader, p.isr)))
+            .collect())
     }
 
     /// (partition, leader) pairs.
@@ -375,9 +381,17 @@ pub async fn read_all(bootstrap: &str, ends: &HashMap<i32, i64>) -> anyhow::Resu
     Ok(log)
 }
 
-/// Waits until every node is registered with the controller, the topic exists with a leader
-/// and a full ISR on every partition.
-pub async fn set_up_topic(probe: &Probe, nodes: usize) -> anyhow::Result<()> {
+/// Waits until every node is registered with the controller, the topic exists (replication
+/// factor `probe.replicas`, topic configs `configs`) with a leader and a full ISR on every
+/// partition. With `away_from_controller` every partition is placed on the nodes other than
+/// the active controller (the first of them the preferred leader), so that faults on the
+/// partition's replicas leave the metadata quorum's leader alone.
+pub async fn set_up_topic(
+    probe: &Probe,
+    nodes: usize,
+    configs: &[(String, String)],
+    away_from_controller: bool,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let last = match probe.registered_brokers().await {
@@ -391,24 +405,51 @@ pub async fn set_up_topic(probe: &Probe, nodes: usize) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let deadline = Instant::now() + Duration::from_secs(30);
+    let assignments = if away_from_controller {
+        let controller = loop {
+            if let Some(c) = probe.active_controller().await {
+                break c;
+            }
+            if Instant::now() >= deadline {
+                bail!("timed out waiting for an active controller");
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        };
+        let others: Vec<i32> = (1..=nodes as i32)
+            .filter(|&n| n != controller)
+            .take(probe.replicas)
+            .collect();
+        if others.len() < probe.replicas {
+            bail!(
+                "{} replicas away from controller {controller} need more than {nodes} nodes",
+                probe.replicas
+            );
+        }
+        vec![others; probe.partitions as usize]
+    } else {
+        Vec::new()
+    };
     loop {
         let r = bounded("create topic", async {
             let admin = probe.admin().await?;
-            let configs = [
-                ("min.insync.replicas".to_string(), "2".to_string()),
-                (
-                    "unclean.leader.election.enable".to_string(),
-                    "false".to_string(),
-                ),
-            ];
-            crate::chaos::nodes::ensure_topic(
-                &admin,
-                TOPIC,
-                probe.partitions,
-                probe.replicas as i16,
-                &configs,
-            )
-            .await
+            if assignments.is_empty() {
+                return crate::chaos::nodes::ensure_topic(
+                    &admin,
+                    TOPIC,
+                    probe.partitions,
+                    probe.replicas as i16,
+                    configs,
+                )
+                .await;
+            }
+            match admin
+                .create_topic_with_assignments(TOPIC, assignments.clone(), configs, false)
+                .await
+            {
+                Ok(()) => Ok(()),
+                Err(e) if e.code() == Some(strom_client::ErrorCode::TopicAlreadyExists) => Ok(()),
+                Err(e) => Err(e.into()),
+            }
         })
         .await;
         match r {
