@@ -471,7 +471,7 @@ async fn delete(a: &GroupsArgs, admin: &Admin) -> Result<Output, Failure> {
     let groups = target_groups(a, admin).await?;
     let results = admin.delete_groups(&groups).await?;
     // Kafka reports in its map's order; ours is the order the groups were named.
-    let ordered: Vec<(String, Result<(), Error>)> = groups
+    let ordered: Vec<(String, Result<(), String>)> = groups
         .iter()
         .filter_map(|g| {
             results.get(g).map(|r| {
@@ -479,7 +479,7 @@ async fn delete(a: &GroupsArgs, admin: &Admin) -> Result<Output, Failure> {
                     g.clone(),
                     match r {
                         Ok(()) => Ok(()),
-                        Err(e) => Err(Error::Protocol(fmt::exception_text(e))),
+                        Err(e) => Err(fmt::exception_text(e)),
                     },
                 )
             })

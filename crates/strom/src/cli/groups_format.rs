@@ -613,12 +613,12 @@ pub fn states(descs: &BTreeMap<String, GroupDescription>, verbose: bool, json: b
 }
 
 /// `--delete`: `(group, Ok | Err(text))` in the order the groups were named.
-pub fn delete(results: &[(String, Result<(), Error>)]) -> Output {
+pub fn delete(results: &[(String, Result<(), String>)]) -> Output {
     let mut o = Output::default();
     let ok: Vec<&str> = results.iter().filter(|r| r.1.is_ok()).map(|r| r.0.as_str()).collect();
     let failed: Vec<(&str, String)> = results
         .iter()
-        .filter_map(|(g, r)| r.as_ref().err().map(|e| (g.as_str(), e.to_string())))
+        .filter_map(|(g, r)| r.as_ref().err().map(|e| (g.as_str(), e.clone())))
         .collect();
     if failed.is_empty() {
         o.line(&format!(
@@ -954,11 +954,11 @@ g               t2              0          5               10              5    
         let ok = delete(&[("a".into(), Ok(())), ("b".into(), Ok(()))]);
         assert_eq!(ok.stdout(), "Deletion of requested consumer groups ('a', 'b') was successful.\n");
         let e = Error::Kafka { code: ErrorCode::NonEmptyGroup, message: None };
-        let mixed = delete(&[("a".into(), Ok(())), ("b".into(), Err(Error::Protocol(exception_text(&e))))]);
+        let mixed = delete(&[("a".into(), Ok(())), ("b".into(), Err(exception_text(&e)))]);
         assert_eq!(
             mixed.stdout(),
             "\nError: Deletion of some consumer groups failed:\n\
-             * Group 'b' could not be deleted due to: protocol error: org.apache.kafka.common.errors.GroupNotEmptyException: The group is not empty.\n\
+             * Group 'b' could not be deleted due to: org.apache.kafka.common.errors.GroupNotEmptyException: The group is not empty.\n\
              \nThese consumer groups were deleted successfully: 'a'\n"
         );
     }
