@@ -11,7 +11,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use strom_protocol::kafka::messages::list_offsets_request::{
     ListOffsetsPartition, ListOffsetsTopic,
 };
@@ -23,11 +22,11 @@ use strom_protocol::kafka::messages::offset_delete_request::{
 };
 use strom_protocol::kafka::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use strom_protocol::kafka::messages::{
-    ConsumerGroupDescribeRequest, ConsumerProtocolAssignment, DeleteGroupsRequest,
-    DescribeGroupsRequest, FindCoordinatorRequest, GroupId, ListGroupsRequest, ListOffsetsRequest,
-    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, TopicName,
+    ConsumerGroupDescribeRequest, DeleteGroupsRequest, DescribeGroupsRequest,
+    FindCoordinatorRequest, GroupId, ListGroupsRequest, ListOffsetsRequest, OffsetCommitRequest,
+    OffsetDeleteRequest, OffsetFetchRequest, TopicName,
 };
-use strom_protocol::kafka::protocol::{Decodable, Request, StrBytes};
+use strom_protocol::kafka::protocol::{Request, StrBytes};
 use strom_protocol::ErrorCode;
 use tokio::task::JoinSet;
 
@@ -35,6 +34,10 @@ use crate::admin::Admin;
 use crate::client::BrokerInfo;
 use crate::connection::Connection;
 use crate::error::{Error, Result};
+
+mod describe;
+pub use describe::decode_assignment;
+use describe::{classic_description, consumer_description};
 
 /// A topic partition, `(topic, partition)`.
 pub type Tp = (String, i32);
@@ -179,35 +182,6 @@ fn by_topic<'a>(tps: impl IntoIterator<Item = &'a Tp>) -> BTreeMap<String, Vec<i
     m
 }
 
-/// Decodes a classic consumer member's assignment (ConsumerProtocolAssignment, a version then
-/// the fields). Anything undecodable is an empty assignment, as Kafka's admin client treats a
-/// non-consumer protocol.
-pub fn decode_assignment(bytes: &Bytes) -> Vec<Tp> {
-    if bytes.len() < 2 {
-        return Vec::new();
-    }
-    let mut buf = bytes.clone();
-    let version = i16::from_be_bytes([buf[0], buf[1]]);
-    let _ = bytes::Buf::get_i16(&mut buf);
-    // Versions above the latest known are read as the latest (Kafka's forward compatibility).
-    let version = version.clamp(0, 3);
-    match ConsumerProtocolAssignment::decode(&mut buf, version) {
-        Ok(a) => {
-            let mut out: Vec<Tp> = a
-                .assigned_partitions
-                .iter()
-                .flat_map(|t| {
-                    let name = t.topic.0.to_string();
-                    t.partitions.iter().map(move |p| (name.clone(), *p))
-                })
-                .collect();
-            out.sort();
-            out
-        }
-        Err(_) => Vec::new(),
-    }
-}
-
 /// Runs one request per connection concurrently (each already built for its negotiated
 /// version); results in input order.
 async fn fan_out<K, R>(requests: Vec<(K, Arc<Connection>, i16, R)>) -> Vec<(K, Result<R::Response>)>
@@ -232,7 +206,10 @@ where
         .zip(results)
         .filter_map(|(k, r)| {
             // A task that panicked (a bug) is reported as a protocol error, not a crash.
-            Some((k?, r.unwrap_or_else(|| Err(Error::Protocol("request task failed".into())))))
+            Some((
+                k?,
+                r.unwrap_or_else(|| Err(Error::Protocol("request task failed".into()))),
+            ))
         })
         .collect()
 }
@@ -262,7 +239,10 @@ fn dup(e: &Error) -> Error {
 }
 
 fn kafka_err(code: i16, message: Option<&StrBytes>) -> Option<Error> {
-    Error::kafka(code, message.map(|m| m.to_string()).filter(|m| !m.is_empty()))
+    Error::kafka(
+        code,
+        message.map(|m| m.to_string()).filter(|m| !m.is_empty()),
+    )
 }
 
 /// Whether a per-group result should be retried after a new coordinator lookup.
@@ -327,8 +307,7 @@ impl Admin {
 
     async fn find_coordinators_once(&self, groups: &[String]) -> Result<GroupResults<BrokerInfo>> {
         let conn = self.client().any_connection().await?;
-        let version =
-            conn.version_for(strom_protocol::kafka::messages::ApiKey::FindCoordinator)?;
+        let version = conn.version_for(strom_protocol::kafka::messages::ApiKey::FindCoordinator)?;
         let mut requests = Vec::new();
         if version >= 4 {
             let mut req = FindCoordinatorRequest::default();
@@ -372,7 +351,9 @@ impl Admin {
                 }
                 for k in keys {
                     out.entry(k.clone()).or_insert_with(|| {
-                        Err(Error::Protocol(format!("no coordinator answer for group {k}")))
+                        Err(Error::Protocol(format!(
+                            "no coordinator answer for group {k}"
+                        )))
                     });
                 }
             } else {
@@ -653,7 +634,11 @@ impl Admin {
         groups: &[String],
     ) -> Result<GroupResults<BTreeMap<Tp, Option<CommittedOffset>>>> {
         use strom_protocol::kafka::messages::ApiKey;
-        fn committed(offset: i64, epoch: i32, metadata: Option<&StrBytes>) -> Option<CommittedOffset> {
+        fn committed(
+            offset: i64,
+            epoch: i32,
+            metadata: Option<&StrBytes>,
+        ) -> Option<CommittedOffset> {
             (offset >= 0).then(|| CommittedOffset {
                 offset,
                 leader_epoch: opt_epoch(epoch),
@@ -1057,121 +1042,5 @@ impl Admin {
             }
         }
         Ok(out)
-    }
-}
-
-fn consumer_description(
-    broker: &BrokerInfo,
-    g: strom_protocol::kafka::messages::consumer_group_describe_response::DescribedGroup,
-) -> GroupDescription {
-    use strom_protocol::kafka::messages::consumer_group_describe_response::Assignment;
-    fn tps(a: &Assignment) -> Vec<Tp> {
-        let mut v: Vec<Tp> = a
-            .topic_partitions
-            .iter()
-            .flat_map(|t| {
-                let name = t.topic_name.0.to_string();
-                t.partitions.iter().map(move |p| (name.clone(), *p))
-            })
-            .collect();
-        v.sort();
-        v
-    }
-    GroupDescription {
-        group_id: g.group_id.0.to_string(),
-        group_type: GroupType::Consumer,
-        protocol_type: "consumer".into(),
-        state: g.group_state.to_string(),
-        partition_assignor: g.assignor_name.to_string(),
-        coordinator: broker.clone(),
-        members: g
-            .members
-            .iter()
-            .map(|m| MemberDescription {
-                member_id: m.member_id.to_string(),
-                group_instance_id: m.instance_id.as_ref().map(|s| s.to_string()),
-                client_id: m.client_id.to_string(),
-                host: m.client_host.to_string(),
-                assignment: tps(&m.assignment),
-                target_assignment: Some(tps(&m.target_assignment)),
-                member_epoch: Some(m.member_epoch),
-            })
-            .collect(),
-        group_epoch: Some(g.group_epoch),
-        target_assignment_epoch: Some(g.assignment_epoch),
-    }
-}
-
-fn classic_description(
-    broker: &BrokerInfo,
-    g: strom_protocol::kafka::messages::describe_groups_response::DescribedGroup,
-) -> GroupDescription {
-    let protocol_type = g.protocol_type.to_string();
-    // Only the consumer protocol's assignment bytes mean topic partitions.
-    let is_consumer = protocol_type == "consumer" || protocol_type.is_empty();
-    GroupDescription {
-        group_id: g.group_id.0.to_string(),
-        group_type: GroupType::Classic,
-        state: g.group_state.to_string(),
-        partition_assignor: g.protocol_data.to_string(),
-        coordinator: broker.clone(),
-        members: g
-            .members
-            .iter()
-            .map(|m| MemberDescription {
-                member_id: m.member_id.to_string(),
-                group_instance_id: m.group_instance_id.as_ref().map(|s| s.to_string()),
-                client_id: m.client_id.to_string(),
-                host: m.client_host.to_string(),
-                assignment: if is_consumer {
-                    decode_assignment(&m.member_assignment)
-                } else {
-                    Vec::new()
-                },
-                target_assignment: None,
-                member_epoch: None,
-            })
-            .collect(),
-        protocol_type,
-        group_epoch: None,
-        target_assignment_epoch: None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use strom_protocol::kafka::messages::consumer_protocol_assignment::TopicPartition;
-    use strom_protocol::kafka::protocol::Encodable;
-
-    #[test]
-    fn decodes_consumer_assignment() {
-        let mut a = ConsumerProtocolAssignment::default();
-        let mut t = TopicPartition::default();
-        t.topic = topic_name("b");
-        t.partitions = vec![2, 0];
-        let mut u = TopicPartition::default();
-        u.topic = topic_name("a");
-        u.partitions = vec![1];
-        a.assigned_partitions = vec![t, u];
-        let mut buf = bytes::BytesMut::new();
-        buf.extend_from_slice(&1i16.to_be_bytes());
-        a.encode(&mut buf, 1).unwrap();
-        let got = decode_assignment(&buf.freeze());
-        assert_eq!(
-            got,
-            vec![("a".into(), 1), ("b".into(), 0), ("b".into(), 2)]
-        );
-        // Garbage and empty bytes are an empty assignment, never a panic.
-        assert!(decode_assignment(&Bytes::from_static(&[0, 1, 0xff])).is_empty());
-        assert!(decode_assignment(&Bytes::new()).is_empty());
-    }
-
-    #[test]
-    fn groups_partitions_by_topic() {
-        let tps = vec![("t".to_string(), 2), ("s".to_string(), 1), ("t".to_string(), 0)];
-        let m = by_topic(&tps);
-        assert_eq!(m["t"], vec![0, 2]);
-        assert_eq!(m["s"], vec![1]);
     }
 }

@@ -139,7 +139,10 @@ fn normalize(text: &str, groups: &[&str]) -> Vec<Vec<String>> {
                 .map(|t| {
                     let mut t = t.to_string();
                     for (i, g) in groups.iter().enumerate() {
-                        if t.trim_matches(|c| c == '\'' || c == ',' || c == '.' || c == '(' || c == ')') == *g {
+                        if t.trim_matches(|c| {
+                            c == '\'' || c == ',' || c == '.' || c == '(' || c == ')'
+                        }) == *g
+                        {
                             t = t.replace(g, &format!("<G{}>", i + 1));
                         }
                     }
@@ -157,7 +160,9 @@ fn notices(stderr: &str) -> String {
     stderr
         .lines()
         .filter(|l| {
-            l.starts_with("Consumer group ") || l.starts_with("Warning: ") || l.starts_with("WARN: ")
+            l.starts_with("Consumer group ")
+                || l.starts_with("Warning: ")
+                || l.starts_with("WARN: ")
         })
         .collect::<Vec<_>>()
         .join("\n")
@@ -181,7 +186,10 @@ fn assert_same(case: &str, kafka: &Run, kafka_groups: &[&str], strom: &Run, stro
         "{case}: notices differ\n--- kafka:\n{}\n--- strom:\n{}",
         kafka.stderr, strom.stderr
     );
-    assert!(!k.is_empty() || !kn.is_empty(), "{case}: Kafka printed nothing to compare");
+    assert!(
+        !k.is_empty() || !kn.is_empty(),
+        "{case}: Kafka printed nothing to compare"
+    );
 }
 
 fn args(s: &str) -> Vec<String> {
@@ -206,7 +214,10 @@ fn member(bootstrap: &str, group: &str, protocol: &str, topic: &str, until: usiz
     let deadline = Instant::now() + Duration::from_secs(40);
     let mut read = 0;
     while read < until || c.assignment().map(|a| a.count()).unwrap_or(0) == 0 {
-        assert!(Instant::now() < deadline, "{group}: no assignment/records in time");
+        assert!(
+            Instant::now() < deadline,
+            "{group}: no assignment/records in time"
+        );
         if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
             let _ = m.offset();
             read += 1;
@@ -240,25 +251,57 @@ fn groups_tool_matches_kafka_consumer_groups() {
         .expect("connect");
     let admin = Admin::new(client.clone());
     // Names unique per run, so the test can be re-run against a long-lived broker.
-    let run = format!("{:x}", std::process::id() ^ (started.elapsed().as_nanos() as u32));
+    let run = format!(
+        "{:x}",
+        std::process::id() ^ (started.elapsed().as_nanos() as u32)
+    );
     let t1 = format!("cg-a-{run}");
     let t2 = format!("cg-b-{run}");
     rt.block_on(async {
-        admin.create_topic(&t1, 3, 1, &[], false).await.expect("create t1");
-        admin.create_topic(&t2, 2, 1, &[], false).await.expect("create t2");
+        admin
+            .create_topic(&t1, 3, 1, &[], false)
+            .await
+            .expect("create t1");
+        admin
+            .create_topic(&t2, 2, 1, &[], false)
+            .await
+            .expect("create t2");
         let producer = Producer::new(client.clone(), ProducerConfig::default());
+        let mut deliveries = Vec::new();
         for i in 0..30i32 {
-            let _ = producer.send(&t1, Some(i % 3), None, Some(format!("a{i}").into()), vec![]);
+            deliveries.push(producer.send(
+                &t1,
+                Some(i % 3),
+                None,
+                Some(format!("a{i}").into()),
+                vec![],
+            ));
         }
         for i in 0..10i32 {
-            let _ = producer.send(&t2, Some(i % 2), None, Some(format!("b{i}").into()), vec![]);
+            deliveries.push(producer.send(
+                &t2,
+                Some(i % 2),
+                None,
+                Some(format!("b{i}").into()),
+                vec![],
+            ));
         }
         producer.flush().await.expect("flush");
+        for d in deliveries {
+            d.await.expect("delivered");
+        }
     });
     // Groups without members, with offsets committed outside any generation.
     let g = |n: &str| format!("cg-{n}-{run}");
-    let (empty, rk, rs, dk, ds, delk, dels) =
-        (g("empty"), g("rk"), g("rs"), g("dk"), g("ds"), g("delk"), g("dels"));
+    let (empty, rk, rs, dk, ds, delk, dels) = (
+        g("empty"),
+        g("rk"),
+        g("rs"),
+        g("dk"),
+        g("ds"),
+        g("delk"),
+        g("dels"),
+    );
     let committed: BTreeMap<(String, i32), i64> = [
         ((t1.clone(), 0), 3),
         ((t1.clone(), 1), 10),
@@ -269,7 +312,10 @@ fn groups_tool_matches_kafka_consumer_groups() {
     .collect();
     rt.block_on(async {
         for grp in [&empty, &rk, &rs, &dk, &ds, &delk, &dels] {
-            let r = admin.alter_group_offsets(grp, &committed).await.expect("commit");
+            let r = admin
+                .alter_group_offsets(grp, &committed)
+                .await
+                .expect("commit");
             assert!(r.values().all(|r| r.is_ok()), "{r:?}");
         }
     });
@@ -287,18 +333,64 @@ fn groups_tool_matches_kafka_consumer_groups() {
         ("list state filter", args("--list --state stable")),
         ("list type filter", args("--list --type consumer")),
         ("describe offsets", args(&format!("--describe {groups4}"))),
-        ("describe offsets verbose", args(&format!("--describe {groups4} --verbose"))),
-        ("describe members", args(&format!("--describe {groups4} --members"))),
-        ("describe members verbose", args(&format!("--describe {groups4} --members --verbose"))),
-        ("describe state", args(&format!("--describe {groups4} --state"))),
-        ("describe state verbose", args(&format!("--describe {groups4} --state --verbose"))),
-        ("describe missing group", args(&format!("--describe --group nosuch-{run}"))),
-        ("reset dry-run earliest", args(&format!("--reset-offsets --group {empty} --to-earliest --all-topics"))),
-        ("reset shift-by", args(&format!("--reset-offsets --group {empty} --shift-by -2 --topic {t1}:0,1 --dry-run"))),
-        ("reset to-offset clamped", args(&format!("--reset-offsets --group {empty} --to-offset 100 --topic {t1}"))),
-        ("reset to-current", args(&format!("--reset-offsets --group {empty} --to-current --topic {t1} --topic {t2}"))),
-        ("reset refused while active", args(&format!("--reset-offsets --group {classic} --to-latest --all-topics"))),
-        ("delete-offsets refused while subscribed", args(&format!("--delete-offsets --group {classic} --topic {t1}"))),
+        (
+            "describe offsets verbose",
+            args(&format!("--describe {groups4} --verbose")),
+        ),
+        (
+            "describe members",
+            args(&format!("--describe {groups4} --members")),
+        ),
+        (
+            "describe members verbose",
+            args(&format!("--describe {groups4} --members --verbose")),
+        ),
+        (
+            "describe state",
+            args(&format!("--describe {groups4} --state")),
+        ),
+        (
+            "describe state verbose",
+            args(&format!("--describe {groups4} --state --verbose")),
+        ),
+        (
+            "describe missing group",
+            args(&format!("--describe --group nosuch-{run}")),
+        ),
+        (
+            "reset dry-run earliest",
+            args(&format!(
+                "--reset-offsets --group {empty} --to-earliest --all-topics"
+            )),
+        ),
+        (
+            "reset shift-by",
+            args(&format!(
+                "--reset-offsets --group {empty} --shift-by -2 --topic {t1}:0,1 --dry-run"
+            )),
+        ),
+        (
+            "reset to-offset clamped",
+            args(&format!(
+                "--reset-offsets --group {empty} --to-offset 100 --topic {t1}"
+            )),
+        ),
+        (
+            "reset to-current",
+            args(&format!(
+                "--reset-offsets --group {empty} --to-current --topic {t1} --topic {t2}"
+            )),
+        ),
+        (
+            "reset refused while active",
+            args(&format!(
+                "--reset-offsets --group {classic} --to-latest --all-topics"
+            )),
+        ),
+        (
+            "delete-offsets refused while subscribed",
+            args(&format!("--delete-offsets --group {classic} --topic {t1}")),
+        ),
     ];
     // The oracle's JVMs run in parallel: the read-only cases change nothing.
     let handles: Vec<_> = read_only
@@ -308,7 +400,10 @@ fn groups_tool_matches_kafka_consumer_groups() {
             std::thread::spawn(move || kafka_tool(&b, &a))
         })
         .collect();
-    let kafka_runs: Vec<Run> = handles.into_iter().map(|h| h.join().expect("java")).collect();
+    let kafka_runs: Vec<Run> = handles
+        .into_iter()
+        .map(|h| h.join().expect("java"))
+        .collect();
     let mut compared = 0;
     for ((case, a), k) in read_only.iter().zip(&kafka_runs) {
         let s = strom_tool(&bootstrap, a);
@@ -335,12 +430,18 @@ fn groups_tool_matches_kafka_consumer_groups() {
     eprintln!("cli_groups: {compared} cases compared with kafka-consumer-groups");
 
     // JSON carries the same numbers as the table.
-    let j = strom_tool(&bootstrap, &args(&format!("--describe --group {empty} --format json")));
+    let j = strom_tool(
+        &bootstrap,
+        &args(&format!("--describe --group {empty} --format json")),
+    );
     let v: serde_json::Value = serde_json::from_str(j.stdout.trim()).expect("json");
     let parts = v[0]["partitions"].as_array().expect("partitions");
     assert_eq!(parts.len(), committed.len());
     for p in parts {
-        let tp = (p["topic"].as_str().unwrap().to_string(), p["partition"].as_i64().unwrap() as i32);
+        let tp = (
+            p["topic"].as_str().unwrap().to_string(),
+            p["partition"].as_i64().unwrap() as i32,
+        );
         assert_eq!(p["current_offset"].as_i64(), committed.get(&tp).copied());
         let end = p["log_end_offset"].as_i64().unwrap();
         assert_eq!(p["lag"].as_i64(), Some(end - committed[&tp]));
@@ -358,15 +459,32 @@ fn groups_tool_matches_kafka_consumer_groups() {
             r.expect("task").expect("commit");
         }
     });
-    for a in ["--list", "--describe --all-groups", "--describe --all-groups --state"] {
+    for a in [
+        "--list",
+        "--describe --all-groups",
+        "--describe --all-groups --state",
+    ] {
         let t = Instant::now();
         let s = strom_tool(&bootstrap, &args(a));
         let took = t.elapsed();
-        let lines = s.stdout.lines().filter(|l| l.contains(&format!("cg-many-{run}"))).count();
-        assert_eq!(lines, if a.contains("--state") { 1000 } else { 1000 }, "{a}");
+        let lines = s
+            .stdout
+            .lines()
+            .filter(|l| l.contains(&format!("cg-many-{run}")))
+            .count();
+        assert_eq!(lines, 1000, "{a}");
         eprintln!("strom groups {a}: 1000+ groups in {took:?}");
         // A debug build on a shared machine; one round trip per group would take far longer.
         assert!(took < Duration::from_secs(5), "{a} took {took:?}");
     }
+    // Batched DeleteGroups cleans up (the broker may be a long-lived one).
+    let many: Vec<String> = (0..1000).map(|i| format!("cg-many-{run}-{i:04}")).collect();
+    let t = Instant::now();
+    let deleted = rt
+        .block_on(admin.delete_groups(&many))
+        .expect("delete groups");
+    assert_eq!(deleted.len(), 1000);
+    assert!(deleted.values().all(|r| r.is_ok()), "delete failed");
+    eprintln!("delete_groups: 1000 groups in {:?}", t.elapsed());
     eprintln!("cli_groups: done in {:?}", started.elapsed());
 }

@@ -75,7 +75,12 @@ pub struct GroupsArgs {
     #[arg(long, global = true)]
     pub to_latest: bool,
     /// Reset to this offset (clamped to the partition's range).
-    #[arg(long, global = true, allow_negative_numbers = true, value_name = "OFFSET")]
+    #[arg(
+        long,
+        global = true,
+        allow_negative_numbers = true,
+        value_name = "OFFSET"
+    )]
     pub to_offset: Option<i64>,
     /// Reset to the first offset at or after this time, `YYYY-MM-DDTHH:mm:SS.sss[Z|+hh:mm]`
     /// (UTC when no zone is given).
@@ -226,7 +231,9 @@ pub async fn run(args: GroupsArgs) -> anyhow::Result<()> {
         Err(Failure::Usage(msg)) => usage_exit(&msg),
         Err(Failure::Failed(msg)) => {
             let mut o = Output::default();
-            o.error(&format!("Executing consumer group command failed due to {msg}"));
+            o.error(&format!(
+                "Executing consumer group command failed due to {msg}"
+            ));
             o
         }
     };
@@ -277,14 +284,20 @@ fn validate(action: Action, a: &GroupsArgs) -> Result<(), String> {
     match action {
         Action::List => {
             if !groups.is_empty() || a.all_groups {
-                return Err("Option [list] does not take a value for [group] or [all-groups]".into());
+                return Err(
+                    "Option [list] does not take a value for [group] or [all-groups]".into(),
+                );
             }
         }
         Action::Describe | Action::Delete => {
             if groups.is_empty() && !a.all_groups {
                 return Err(format!(
                     "Option [{}] takes one of these options: [all-groups], [group]",
-                    if action == Action::Describe { "describe" } else { "delete" }
+                    if action == Action::Describe {
+                        "describe"
+                    } else {
+                        "delete"
+                    }
                 ));
             }
             if !groups.is_empty() && a.all_groups {
@@ -293,10 +306,15 @@ fn validate(action: Action, a: &GroupsArgs) -> Result<(), String> {
         }
         Action::ResetOffsets => {
             if groups.is_empty() && !a.all_groups {
-                return Err("Option [reset-offsets] takes one of these options: [all-groups], [group]".into());
+                return Err(
+                    "Option [reset-offsets] takes one of these options: [all-groups], [group]"
+                        .into(),
+                );
             }
             if a.dry_run && a.execute {
-                return Err("Option [reset-offsets] only accepts one of [execute], [dry-run]".into());
+                return Err(
+                    "Option [reset-offsets] only accepts one of [execute], [dry-run]".into(),
+                );
             }
             if scenarios == 0 {
                 return Err("Option [reset-offsets] requires one of the following scenarios: [to-datetime], [by-duration], [to-earliest], [to-latest], [shift-by], [to-current], [to-offset]".into());
@@ -308,23 +326,39 @@ fn validate(action: Action, a: &GroupsArgs) -> Result<(), String> {
                 return Err("Option [all-topics] can't be used with option [topic]".into());
             }
             if !a.all_topics && a.topic.is_empty() {
-                return Err("One of the reset scopes should be defined: --all-topics, --topic.".into());
+                return Err(
+                    "One of the reset scopes should be defined: --all-topics, --topic.".into(),
+                );
             }
         }
         Action::DeleteOffsets => {
             if groups.len() != 1 || a.all_groups {
-                return Err("Option [delete-offsets] takes the [group] option once, and not [all-groups]".into());
+                return Err(
+                    "Option [delete-offsets] takes the [group] option once, and not [all-groups]"
+                        .into(),
+                );
             }
             if a.topic.is_empty() {
-                return Err("Option [delete-offsets] takes the following options: [topic], [group]".into());
+                return Err(
+                    "Option [delete-offsets] takes the following options: [topic], [group]".into(),
+                );
             }
         }
     }
     if action != Action::Describe && (a.members || a.offsets) {
         return Err("Option [members] and [offsets] may be used with [describe] only".into());
     }
-    if action == Action::Describe && [a.members, a.offsets, a.state.is_some()].iter().filter(|x| **x).count() > 1 {
-        return Err("Option [describe] takes at most one of these options: [members], [offsets], [state]".into());
+    if action == Action::Describe
+        && [a.members, a.offsets, a.state.is_some()]
+            .iter()
+            .filter(|x| **x)
+            .count()
+            > 1
+    {
+        return Err(
+            "Option [describe] takes at most one of these options: [members], [offsets], [state]"
+                .into(),
+        );
     }
     if a.group_type.is_some() && action != Action::List {
         return Err("Option [type] may be used with [list] only".into());
@@ -499,11 +533,14 @@ fn parse_topic_partitions(arg: &str) -> Result<Vec<Tp>, Failure> {
     parts[1]
         .split(',')
         .map(|p| {
-            p.trim().parse::<i32>().map(|p| (parts[0].to_string(), p)).map_err(|_| {
-                Failure::Usage(format!(
-                    "Invalid partition '{p}' specified in topic arg '{arg}''"
-                ))
-            })
+            p.trim()
+                .parse::<i32>()
+                .map(|p| (parts[0].to_string(), p))
+                .map_err(|_| {
+                    Failure::Usage(format!(
+                        "Invalid partition '{p}' specified in topic arg '{arg}''"
+                    ))
+                })
         })
         .collect()
 }
@@ -623,7 +660,9 @@ async fn prepare(
         return lookup(OffsetSpec::Latest, "ending").await;
     }
     if let Some(ts) = timestamp {
-        let found = admin.list_offsets(partitions, OffsetSpec::Timestamp(ts)).await?;
+        let found = admin
+            .list_offsets(partitions, OffsetSpec::Timestamp(ts))
+            .await?;
         let mut m = BTreeMap::new();
         let mut empty = Vec::new();
         for tp in partitions {
@@ -721,7 +760,10 @@ async fn prepare(
                 )))
             }
         };
-        let start = starts.get(&tp).and_then(|r| r.as_ref().ok()).map(|s| s.offset);
+        let start = starts
+            .get(&tp)
+            .and_then(|r| r.as_ref().ok())
+            .map(|s| s.offset);
         let v = if o > end {
             end
         } else if start.is_some_and(|s| o < s) {
@@ -761,7 +803,9 @@ async fn delete_offsets(a: &GroupsArgs, admin: &Admin) -> Result<Output, Failure
     partitions.dedup();
     let result = admin.delete_group_offsets(&group, &partitions).await?;
     let top = match &result {
-        Ok(m) => m.values().find_map(|r| r.as_ref().err().and_then(|e| e.code())),
+        Ok(m) => m
+            .values()
+            .find_map(|r| r.as_ref().err().and_then(|e| e.code())),
         Err(e) => e.code(),
     };
     for tp in &partitions {
@@ -774,10 +818,7 @@ async fn delete_offsets(a: &GroupsArgs, admin: &Admin) -> Result<Output, Failure
         };
         rows.push((tp.0.clone(), Some(tp.1), status));
     }
-    let top_err = match &result {
-        Err(e) => Some(e),
-        Ok(_) => None,
-    };
+    let top_err = result.as_ref().err();
     Ok(fmt::delete_offsets(&group, top, top_err, &rows))
 }
 
@@ -813,7 +854,13 @@ mod tests {
         assert_eq!(c.state.as_deref(), Some("stable,empty"));
         assert_eq!(c.group_type.as_deref(), Some(""));
         let d = parse(&[
-            "reset-offsets", "--group", "g", "--shift-by", "-3", "--topic", "t:0,1",
+            "reset-offsets",
+            "--group",
+            "g",
+            "--shift-by",
+            "-3",
+            "--topic",
+            "t:0,1",
         ]);
         assert_eq!(d.action().unwrap(), Action::ResetOffsets);
         assert_eq!(d.shift_by, Some(-3));
@@ -834,8 +881,23 @@ mod tests {
             v(&["--reset-offsets", "--group", "g", "--to-earliest"]).unwrap_err(),
             "One of the reset scopes should be defined: --all-topics, --topic."
         );
-        assert!(v(&["--reset-offsets", "--group", "g", "--to-earliest", "--to-latest", "--all-topics"]).is_err());
-        assert!(v(&["--reset-offsets", "--group", "g", "--to-earliest", "--all-topics"]).is_ok());
+        assert!(v(&[
+            "--reset-offsets",
+            "--group",
+            "g",
+            "--to-earliest",
+            "--to-latest",
+            "--all-topics"
+        ])
+        .is_err());
+        assert!(v(&[
+            "--reset-offsets",
+            "--group",
+            "g",
+            "--to-earliest",
+            "--all-topics"
+        ])
+        .is_ok());
         assert!(v(&["--delete-offsets", "--group", "g"]).is_err());
         assert!(v(&["--delete-offsets", "--group", "g", "--topic", "t"]).is_ok());
         assert!(v(&["--list", "--state", "bogus"]).is_err());
