@@ -214,6 +214,27 @@ where
         .collect()
 }
 
+/// The version to use for `api`; the error names the group APIs, which the connection's
+/// generic name table does not know.
+fn version_for(conn: &Connection, api: strom_protocol::kafka::messages::ApiKey) -> Result<i16> {
+    use strom_protocol::kafka::messages::ApiKey;
+    conn.version_for(api).map_err(|e| match e {
+        Error::UnsupportedVersion(_) => Error::UnsupportedVersion(match api {
+            ApiKey::FindCoordinator => "FindCoordinator",
+            ApiKey::ListGroups => "ListGroups",
+            ApiKey::DescribeGroups => "DescribeGroups",
+            ApiKey::ConsumerGroupDescribe => "ConsumerGroupDescribe",
+            ApiKey::OffsetFetch => "OffsetFetch",
+            ApiKey::OffsetCommit => "OffsetCommit",
+            ApiKey::OffsetDelete => "OffsetDelete",
+            ApiKey::DeleteGroups => "DeleteGroups",
+            ApiKey::ListOffsets => "ListOffsets",
+            _ => "request",
+        }),
+        other => other,
+    })
+}
+
 /// A copy of an error for each of the groups a failed request carried.
 fn dup(e: &Error) -> Error {
     match e {
@@ -307,7 +328,10 @@ impl Admin {
 
     async fn find_coordinators_once(&self, groups: &[String]) -> Result<GroupResults<BrokerInfo>> {
         let conn = self.client().any_connection().await?;
-        let version = conn.version_for(strom_protocol::kafka::messages::ApiKey::FindCoordinator)?;
+        let version = version_for(
+            &conn,
+            strom_protocol::kafka::messages::ApiKey::FindCoordinator,
+        )?;
         let mut requests = Vec::new();
         if version >= 4 {
             let mut req = FindCoordinatorRequest::default();
@@ -430,7 +454,7 @@ impl Admin {
                         continue;
                     }
                 };
-                let version = match conn.version_for(api) {
+                let version = match version_for(&conn, api) {
                     Ok(v) => v,
                     Err(e) => {
                         for g in gs {
@@ -505,7 +529,7 @@ impl Admin {
                 .client()
                 .retry(|| self.client().connection_to_addr(&addr))
                 .await?;
-            let version = conn.version_for(strom_protocol::kafka::messages::ApiKey::ListGroups)?;
+            let version = version_for(&conn, strom_protocol::kafka::messages::ApiKey::ListGroups)?;
             if !states.is_empty() && version < 4 {
                 return Err(Error::UnsupportedVersion("ListGroups (state filter)"));
             }
@@ -958,7 +982,7 @@ impl Admin {
                         continue;
                     }
                 };
-                let version = conn.version_for(ApiKey::ListOffsets)?;
+                let version = version_for(&conn, ApiKey::ListOffsets)?;
                 let mut req = ListOffsetsRequest::default();
                 req.replica_id = (-1).into();
                 req.isolation_level = 0;
