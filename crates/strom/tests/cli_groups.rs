@@ -326,6 +326,9 @@ fn groups_tool_matches_kafka_consumer_groups() {
     let _c2 = member(&bootstrap, &modern, "consumer", &t2, 3);
     std::thread::sleep(Duration::from_secs(1));
 
+    let plan = tempfile::NamedTempFile::new().expect("plan file");
+    std::fs::write(plan.path(), format!("{t1},0,5\n{t1},1,200\n{t2},0,1\n")).expect("write plan");
+    let plan_path = plan.path().display().to_string();
     let groups4 = format!("--group {empty} --group {classic} --group {modern}");
     let read_only: Vec<(&str, Vec<String>)> = vec![
         ("list", args("--list")),
@@ -381,6 +384,9 @@ fn groups_tool_matches_kafka_consumer_groups() {
                 "--reset-offsets --group {empty} --to-current --topic {t1} --topic {t2}"
             )),
         ),
+        ("reset export", args(&format!("--reset-offsets --group {empty} --to-latest --all-topics --export --dry-run"))),
+        ("reset export two groups", args(&format!("--reset-offsets --group {empty} --group {rk} --to-earliest --topic {t2} --export --dry-run"))),
+        ("reset from-file", args(&format!("--reset-offsets --group {empty} --from-file {plan_path} --dry-run"))),
         (
             "reset refused while active",
             args(&format!(

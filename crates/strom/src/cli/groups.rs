@@ -95,6 +95,13 @@ pub struct GroupsArgs {
     /// Reset to the committed offset (the latest where there is none).
     #[arg(long, global = true)]
     pub to_current: bool,
+    /// Reset to the offsets in this CSV file (`topic,partition,offset` for one group,
+    /// `group,topic,partition,offset` for several), as written by --export.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub from_file: Option<std::path::PathBuf>,
+    /// With --reset-offsets: print the plan as CSV (for --from-file) instead of a table.
+    #[arg(long, global = true)]
+    pub export: bool,
     /// With --reset-offsets: only show the new offsets (the default).
     #[arg(long, global = true)]
     pub dry_run: bool,
@@ -277,6 +284,7 @@ fn validate(action: Action, a: &GroupsArgs) -> Result<(), String> {
         a.to_datetime.is_some(),
         a.by_duration.is_some(),
         a.to_current,
+        a.from_file.is_some(),
     ]
     .iter()
     .filter(|x| **x)
@@ -317,15 +325,15 @@ fn validate(action: Action, a: &GroupsArgs) -> Result<(), String> {
                 );
             }
             if scenarios == 0 {
-                return Err("Option [reset-offsets] requires one of the following scenarios: [to-datetime], [by-duration], [to-earliest], [to-latest], [shift-by], [to-current], [to-offset]".into());
+                return Err("Option [reset-offsets] requires one of the following scenarios: [to-datetime], [by-duration], [to-earliest], [to-latest], [shift-by], [from-file], [to-current], [to-offset]".into());
             }
             if scenarios > 1 {
-                return Err("Option [reset-offsets] takes only one of the scenarios: [to-datetime], [by-duration], [to-earliest], [to-latest], [shift-by], [to-current], [to-offset]".into());
+                return Err("Option [reset-offsets] takes only one of the scenarios: [to-datetime], [by-duration], [to-earliest], [to-latest], [shift-by], [from-file], [to-current], [to-offset]".into());
             }
             if a.all_topics && !a.topic.is_empty() {
                 return Err("Option [all-topics] can't be used with option [topic]".into());
             }
-            if !a.all_topics && a.topic.is_empty() {
+            if !a.all_topics && a.topic.is_empty() && a.from_file.is_none() {
                 return Err(
                     "One of the reset scopes should be defined: --all-topics, --topic.".into(),
                 );
@@ -584,6 +592,14 @@ async fn reset_offsets(a: &GroupsArgs, admin: &Admin) -> Result<Output, Failure>
         _ => None,
     };
     let groups = target_groups(a, admin).await?;
+    let file_plan = match &a.from_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Failure::Failed(format!("{}: {e}", path.display())))?;
+            Some(parse_reset_plan(&text, &groups).map_err(Failure::Failed)?)
+        }
+        None => None,
+    };
     let descs = admin.describe_consumer_groups(&groups).await?;
     let committed = admin.list_group_offsets(&groups).await?;
     let mut plan: BTreeMap<String, BTreeMap<Tp, i64>> = BTreeMap::new();
@@ -608,12 +624,22 @@ async fn reset_offsets(a: &GroupsArgs, admin: &Admin) -> Result<Output, Failure>
             }
             _ => BTreeMap::new(),
         };
-        let partitions: Vec<Tp> = if a.all_topics {
-            current.keys().cloned().collect()
+        let offsets = if let Some(file) = &file_plan {
+            match file.get(g) {
+                Some(requested) => clamp(admin, requested.clone()).await?,
+                None => {
+                    out.error(&format!("No reset plan for group {g} found"));
+                    BTreeMap::new()
+                }
+            }
         } else {
-            topic_partitions(admin, &a.topic).await?
+            let partitions: Vec<Tp> = if a.all_topics {
+                current.keys().cloned().collect()
+            } else {
+                topic_partitions(admin, &a.topic).await?
+            };
+            prepare(a, admin, &partitions, &current, timestamp, &mut out).await?
         };
-        let offsets = prepare(a, admin, &partitions, &current, timestamp, &mut out).await?;
         if a.execute && !offsets.is_empty() {
             let res = admin.alter_group_offsets(g, &offsets).await?;
             if let Some((_, Err(e))) = res.iter().find(|(_, r)| r.is_err()) {
@@ -622,7 +648,44 @@ async fn reset_offsets(a: &GroupsArgs, admin: &Admin) -> Result<Output, Failure>
         }
         plan.insert(g.clone(), offsets);
     }
-    out.append(fmt::reset_plan(&plan));
+    if a.export {
+        out.append(fmt::reset_plan_csv(&plan, a.groups().len() == 1));
+    } else {
+        out.append(fmt::reset_plan(&plan));
+    }
+    Ok(out)
+}
+
+/// Parses a `--from-file` plan: `topic,partition,offset` lines (one group named on the
+/// command line) or `group,topic,partition,offset` lines.
+fn parse_reset_plan(
+    text: &str,
+    groups: &[String],
+) -> Result<BTreeMap<String, BTreeMap<Tp, i64>>, String> {
+    let mut out: BTreeMap<String, BTreeMap<Tp, i64>> = BTreeMap::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        let bad = || {
+            format!(
+                "line {}: expected [group,]topic,partition,offset: {line:?}",
+                n + 1
+            )
+        };
+        let (group, rest) = match f.len() {
+            3 if groups.len() == 1 => (groups[0].clone(), &f[..]),
+            4 => (f[0].to_string(), &f[1..]),
+            _ => return Err(bad()),
+        };
+        let partition: i32 = rest[1].parse().map_err(|_| bad())?;
+        let offset: i64 = rest[2].parse().map_err(|_| bad())?;
+        out.entry(group)
+            .or_default()
+            .insert((rest[0].to_string(), partition), offset);
+    }
     Ok(out)
 }
 
@@ -745,7 +808,12 @@ async fn prepare(
         }
         return Ok(m);
     };
-    // --to-offset and --shift-by are clamped to the log's range, as Kafka's checkOffsetsRange.
+    clamp(admin, requested).await
+}
+
+/// Requested offsets clamped to each log's range, as Kafka's checkOffsetsRange (used for
+/// --to-offset, --shift-by and --from-file).
+async fn clamp(admin: &Admin, requested: BTreeMap<Tp, i64>) -> Result<BTreeMap<Tp, i64>, Failure> {
     let tps: Vec<Tp> = requested.keys().cloned().collect();
     let starts = admin.list_offsets(&tps, OffsetSpec::Earliest).await?;
     let ends = admin.list_offsets(&tps, OffsetSpec::Latest).await?;
@@ -904,6 +972,16 @@ mod tests {
         assert!(v(&["--list", "--state", "STABLE,empty"]).is_ok());
         assert!(v(&["--describe", "--all-groups", "--members", "--state"]).is_err());
         assert!(v(&["--delete", "--group", "g", "--format", "json"]).is_err());
+    }
+
+    #[test]
+    fn reset_plan_files() {
+        let one = parse_reset_plan("t,0,5\n t,1 , 2\n\n", &["g".into()]).unwrap();
+        assert_eq!(one["g"][&("t".to_string(), 1)], 2);
+        let many = parse_reset_plan("a,t,0,5\nb,t,0,7\n", &["a".into(), "b".into()]).unwrap();
+        assert_eq!(many["b"][&("t".to_string(), 0)], 7);
+        assert!(parse_reset_plan("t,0,5\n", &["a".into(), "b".into()]).is_err());
+        assert!(parse_reset_plan("t,x,5\n", &["a".into()]).is_err());
     }
 
     #[test]

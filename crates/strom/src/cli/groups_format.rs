@@ -747,6 +747,23 @@ pub fn reset_plan(plan: &BTreeMap<String, BTreeMap<Tp, i64>>) -> Output {
     o
 }
 
+/// `--reset-offsets --export`: the plan as CSV, `topic,partition,offset` when one group was
+/// named, `group,topic,partition,offset` otherwise, then a blank line.
+pub fn reset_plan_csv(plan: &BTreeMap<String, BTreeMap<Tp, i64>>, single_group: bool) -> Output {
+    let mut o = Output::default();
+    for (g, m) in plan {
+        for ((t, p), off) in m {
+            if single_group {
+                o.line(&format!("{t},{p},{off}"));
+            } else {
+                o.line(&format!("{g},{t},{p},{off}"));
+            }
+        }
+    }
+    o.line("");
+    o
+}
+
 /// `--delete-offsets`: the outcome line and one row per partition (`None` partition: a topic
 /// that could not be described). `top` is the first error Kafka's `all()` would raise.
 pub fn delete_offsets(
