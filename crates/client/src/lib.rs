@@ -27,6 +27,7 @@
 //! ```
 
 pub mod admin;
+pub mod admin_groups;
 pub mod assignor;
 pub mod client;
 pub mod connection;

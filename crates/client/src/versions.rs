@@ -21,6 +21,15 @@ pub const CLIENT_VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::InitProducerId, 0, 5),
+    // The group admin calls (admin_groups.rs).
+    (ApiKey::FindCoordinator, 1, 6),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::DeleteGroups, 0, 2),
 ];
 
 /// The client's range for `api`, if it implements it.

@@ -37,6 +37,9 @@ enum Command {
     DevCluster(dev_cluster::DevClusterArgs),
     /// Create, list, describe, alter and delete topics (like kafka-topics.sh).
     Topics(cli::topics::TopicsArgs),
+    /// List, describe and delete consumer groups, reset their offsets (like
+    /// kafka-consumer-groups.sh).
+    Groups(cli::groups::GroupsArgs),
     /// Produce lines from stdin (like kafka-console-producer.sh).
     Produce(cli::produce::ProduceArgs),
     /// Print records to stdout (like kafka-console-consumer.sh).
@@ -120,6 +123,7 @@ fn main() -> ExitCode {
             Command::Server(args) => run_server(args).await,
             Command::DevCluster(args) => dev_cluster::run(args).await,
             Command::Topics(args) => cli::topics::run(args).await,
+            Command::Groups(args) => cli::groups::run(args).await,
             Command::Produce(args) => cli::produce::run(args).await,
             Command::Consume(args) => cli::consume::run(args).await,
             Command::DumpLog(args) => dump_log::run(args),

@@ -3,6 +3,8 @@
 //! Each tool is a clap `Args` struct plus `pub async fn run(args) -> anyhow::Result<()>`.
 
 pub mod consume;
+pub mod groups;
+mod groups_format;
 pub mod produce;
 pub mod topics;
 
