@@ -139,7 +139,7 @@ pub enum GroupError {
 /// the consumer protocol: only what moves, only when non-empty), assignment after it (always
 /// called once a rebalance completes, even with nothing new), and `lost` instead of `revoked`
 /// when the member was fenced and its partitions may already belong to someone else.
-pub trait RebalanceListener: Send {
+pub trait RebalanceListener: Send + Sync {
     fn on_partitions_revoked(&mut self, _partitions: &[TopicPartition]) {}
     fn on_partitions_assigned(&mut self, _partitions: &[TopicPartition]) {}
     /// Java's default delegates to `on_partitions_revoked`.
