@@ -118,6 +118,11 @@ impl Consumer {
         &self.client
     }
 
+    /// The configuration.
+    pub fn config(&self) -> &ConsumerConfig {
+        &self.config
+    }
+
     /// Adds partitions of `topic` to the assignment (`None`: all its partitions), starting at
     /// `auto_offset_reset` unless sought. Returns the partitions assigned.
     pub async fn assign(&mut self, topic: &str, partitions: Option<&[i32]>) -> Result<Vec<i32>> {

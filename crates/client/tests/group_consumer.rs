@@ -7,6 +7,8 @@
 //! started with `scripts/kafka-ref.sh` from `.cache/kafka-4.4` (when `java` or the jars are
 //! missing the test fails under `CI` and is skipped otherwise).
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Command;
@@ -425,6 +427,59 @@ async fn static_member_restart(bootstrap: &str) {
     b.close().await;
 }
 
+/// `strom consume --group`: reads the topic, commits on exit, and a second run continues
+/// after the committed offsets.
+async fn cli_consume_group(bootstrap: &str) {
+    let topic = "t-cli";
+    create_topic(bootstrap, topic).await;
+    produce(bootstrap, topic, 3).await;
+    let run = |extra: &[&str]| {
+        let mut args: Vec<String> = [
+            "consume",
+            "--group",
+            "g-cli",
+            "--topic",
+            topic,
+            "--bootstrap-server",
+            bootstrap,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        tokio::task::spawn_blocking(move || {
+            let out = Command::new(common::strom_bin())
+                .args(&args)
+                .output()
+                .expect("run strom consume");
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert!(out.status.success(), "strom {args:?}: {stderr}");
+            let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect();
+            lines.sort();
+            lines
+        })
+    };
+    let first = run(&["--from-beginning", "--max-messages", "18"])
+        .await
+        .unwrap();
+    let mut want: Vec<String> = (0..6)
+        .flat_map(|p| (0..3).map(move |i| format!("{p}-{i}")))
+        .collect();
+    want.sort();
+    assert_eq!(first, want);
+    produce(bootstrap, topic, 1).await;
+    // The group's committed offsets, not --from-beginning, decide where the second run starts.
+    let second = run(&["--from-beginning", "--timeout-ms", "4000"])
+        .await
+        .unwrap();
+    let mut want: Vec<String> = (0..6).map(|p| format!("{p}-0")).collect();
+    want.sort();
+    assert_eq!(second, want);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_consumers_against_a_broker() {
     let Some(kafka) = broker() else { return };
@@ -442,6 +497,7 @@ async fn group_consumers_against_a_broker() {
         commits_survive_restart(&bootstrap, GroupProtocol::Classic),
         commits_survive_restart(&bootstrap, GroupProtocol::Consumer),
         static_member_restart(&bootstrap),
+        cli_consume_group(&bootstrap),
     );
     eprintln!("scenarios took {:?}", started.elapsed());
     drop(kafka);
