@@ -381,7 +381,7 @@ impl Consumer {
         loop {
             if let Some(g) = self.group.as_mut() {
                 // Rebalances, listener calls, committed offsets of new partitions, auto-commit.
-                g.poll(&mut self.positions, self.config.auto_offset_reset)
+                g.poll(&mut self.positions, self.config.auto_offset_reset, deadline)
                     .await?;
             }
             let subscribed = self.group.as_ref().is_some_and(|g| g.is_subscribed());

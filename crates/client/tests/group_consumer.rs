@@ -103,6 +103,8 @@ async fn client(bootstrap: &str) -> Client {
     let mut cfg = ClientConfig::new(bootstrap);
     cfg.request_timeout = Duration::from_secs(20);
     cfg.retries = 30;
+    // Pattern subscriptions and the leader's partition-count check refresh at this age.
+    cfg.metadata_max_age = Duration::from_secs(2);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match Client::connect(cfg.clone()).await {
@@ -178,11 +180,24 @@ fn group_config(group: &str, protocol: GroupProtocol, strategy: &str) -> Consume
 }
 
 async fn spawn_member(bootstrap: &str, topic: &str, cfg: ConsumerConfig) -> Member {
+    spawn_subscribed(bootstrap, topic, false, cfg).await
+}
+
+/// `topic` is a pattern when `pattern`.
+async fn spawn_subscribed(
+    bootstrap: &str,
+    topic: &str,
+    pattern: bool,
+    cfg: ConsumerConfig,
+) -> Member {
     let view = Arc::new(Mutex::new(View::default()));
     let mut consumer = Consumer::new(client(bootstrap).await, cfg);
-    consumer
-        .subscribe(&[topic], Some(Box::new(Recorder(view.clone()))))
-        .unwrap();
+    let listener = Some(Box::new(Recorder(view.clone())) as Box<dyn RebalanceListener>);
+    if pattern {
+        consumer.subscribe_pattern(topic, listener).unwrap();
+    } else {
+        consumer.subscribe(&[topic], listener).unwrap();
+    }
     let (stop, mut stopped) = tokio::sync::oneshot::channel();
     let v = view.clone();
     let task = tokio::spawn(async move {
@@ -389,11 +404,12 @@ async fn commits_survive_restart(bootstrap: &str, protocol: GroupProtocol) {
 
 /// Two static members; one restarts with the same group.instance.id within the session
 /// timeout and gets its partitions back while the other keeps its own untouched.
-async fn static_member_restart(bootstrap: &str) {
-    let topic = "t-static".to_string();
+async fn static_member_restart(bootstrap: &str, protocol: GroupProtocol) {
+    let topic = format!("t-static-{protocol:?}");
     create_topic(bootstrap, &topic).await;
+    let group = format!("g-static-{protocol:?}");
     let cfg = |id: &str| {
-        let mut c = group_config("g-static", GroupProtocol::Classic, "range");
+        let mut c = group_config(&group, protocol, "range");
         c.group.group_instance_id = Some(id.into());
         c
     };
@@ -425,6 +441,42 @@ async fn static_member_restart(bootstrap: &str) {
     assert_eq!(b.assigned().len(), 3);
     a2.close().await;
     b.close().await;
+}
+
+/// `subscribe_pattern`: the member gets the partitions of every matching topic (classic: also
+/// of a matching topic created later, found at the next metadata refresh).
+async fn pattern_subscription(bootstrap: &str, protocol: GroupProtocol) {
+    let prefix = format!("pat-{protocol:?}").to_lowercase();
+    create_topic(bootstrap, &format!("{prefix}-a")).await;
+    create_topic(bootstrap, &format!("other-{prefix}")).await;
+    let cfg = group_config(&format!("g-{prefix}"), protocol, "range");
+    let m = spawn_subscribed(bootstrap, &format!("{prefix}-.*"), true, cfg).await;
+    let topics = |m: &Member| -> BTreeSet<String> {
+        m.view
+            .lock()
+            .unwrap()
+            .assigned
+            .iter()
+            .map(|tp| tp.topic.clone())
+            .collect()
+    };
+    wait_until(
+        &format!("{prefix}: pattern matched"),
+        Duration::from_secs(30),
+        || m.view.lock().unwrap().assigned.len() == 6,
+    )
+    .await;
+    assert_eq!(topics(&m), BTreeSet::from([format!("{prefix}-a")]));
+    if protocol == GroupProtocol::Classic {
+        create_topic(bootstrap, &format!("{prefix}-b")).await;
+        wait_until(
+            &format!("{prefix}: new topic joined"),
+            Duration::from_secs(30),
+            || m.view.lock().unwrap().assigned.len() == 12,
+        )
+        .await;
+    }
+    m.close().await;
 }
 
 /// `strom consume --group`: reads the topic, commits on exit, and a second run continues
@@ -496,7 +548,10 @@ async fn group_consumers_against_a_broker() {
         split_then_take_over(&bootstrap, "kip848", GroupProtocol::Consumer, "uniform"),
         commits_survive_restart(&bootstrap, GroupProtocol::Classic),
         commits_survive_restart(&bootstrap, GroupProtocol::Consumer),
-        static_member_restart(&bootstrap),
+        static_member_restart(&bootstrap, GroupProtocol::Classic),
+        static_member_restart(&bootstrap, GroupProtocol::Consumer),
+        pattern_subscription(&bootstrap, GroupProtocol::Classic),
+        pattern_subscription(&bootstrap, GroupProtocol::Consumer),
         cli_consume_group(&bootstrap),
     );
     eprintln!("scenarios took {:?}", started.elapsed());

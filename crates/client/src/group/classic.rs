@@ -33,13 +33,12 @@ use crate::error::{Error, Result};
 /// The protocol type of consumer groups.
 const PROTOCOL_TYPE: &str = "consumer";
 
-/// Pattern subscriptions of the classic protocol match topic names on the client, which needs
-/// a regex engine this crate does not carry; the consumer protocol sends the pattern to the
-/// broker instead.
-pub(crate) fn check_pattern_supported() -> Result<()> {
-    Err(Error::Config(
-        "subscribe_pattern needs group.protocol=consumer (the broker matches the pattern)".into(),
-    ))
+/// A subscription pattern of the classic protocol, matched on the client against whole topic
+/// names as Java's `Pattern.matcher(topic).matches()` (Rust `regex` syntax, which agrees with
+/// Java's for the usual patterns: literals, classes, `.*`, alternation).
+pub(crate) fn compile_pattern(pattern: &str) -> Result<regex_automata::meta::Regex> {
+    regex_automata::meta::Regex::new(&format!("^(?:{pattern})$"))
+        .map_err(|e| Error::Config(format!("invalid subscription pattern {pattern:?}: {e}")))
 }
 
 /// A configured assignor. The sticky ones are kept by type: after each SyncGroup they
@@ -130,6 +129,14 @@ pub(crate) struct ClassicMember {
     needs_join_prepare: bool,
     /// The topics of the last JoinGroup (a different subscription means a rejoin).
     joined: Option<BTreeSet<String>>,
+    /// A pattern subscription: the pattern, its compiled form and the topics it matched at
+    /// the last metadata refresh.
+    pattern: Option<(String, regex_automata::meta::Regex, BTreeSet<String>)>,
+    /// When the member last refreshed metadata for the pattern or the leader's snapshot.
+    metadata_checked: Instant,
+    /// The leader's partition counts at its last assignment (Java's `assignmentSnapshot`): a
+    /// change means the group must rebalance.
+    assignment_snapshot: Option<BTreeMap<String, usize>>,
 }
 
 impl Drop for ClassicMember {
@@ -182,6 +189,9 @@ impl ClassicMember {
             heartbeat: None,
             needs_join_prepare: true,
             joined: None,
+            pattern: None,
+            metadata_checked: Instant::now(),
+            assignment_snapshot: None,
         })
     }
 
@@ -233,10 +243,14 @@ impl ClassicMember {
     }
 
     /// Java's `ConsumerCoordinator.poll`: (re)join when needed, until the member is stable.
-    pub async fn poll(&mut self, env: &mut Env<'_>, sub: &Subscription) -> Result<()> {
-        let Subscription::Topics(topics) = sub else {
-            return check_pattern_supported();
-        };
+    pub async fn poll(
+        &mut self,
+        env: &mut Env<'_>,
+        sub: &Subscription,
+        deadline: Instant,
+    ) -> Result<()> {
+        let topics = &self.subscribed_topics(env, sub).await?;
+        self.check_assignment_snapshot(env).await;
         {
             let mut s = self.shared.lock().unwrap();
             s.last_poll = Instant::now();
@@ -272,6 +286,8 @@ impl ClassicMember {
                     attempt = 0;
                 }
                 Ok(None) => {}
+                // Out of time for this poll: the next one carries on.
+                Err(e) if e.is_retriable() && Instant::now() >= deadline => return Ok(()),
                 Err(e) if e.is_retriable() => {
                     tracing::debug!(error = %e, "join failed, retrying");
                     tokio::time::sleep(env.coord.client().config().backoff(attempt)).await;
@@ -279,6 +295,68 @@ impl ClassicMember {
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    fn metadata_due(&self, env: &Env<'_>) -> bool {
+        self.metadata_checked.elapsed() >= env.coord.client().config().metadata_max_age
+    }
+
+    /// The topics to join with: the subscribed ones, or those matching the pattern (all
+    /// topics' metadata is refreshed every `metadata.max.age.ms`, as Java does).
+    async fn subscribed_topics(
+        &mut self,
+        env: &Env<'_>,
+        sub: &Subscription,
+    ) -> Result<BTreeSet<String>> {
+        let pattern = match sub {
+            Subscription::Topics(t) => return Ok(t.clone()),
+            Subscription::Pattern(p) => p,
+        };
+        let fresh =
+            self.pattern.as_ref().is_some_and(|(p, _, _)| p == pattern) && !self.metadata_due(env);
+        if !fresh {
+            let re = match self.pattern.take() {
+                Some((p, re, _)) if p == *pattern => re,
+                _ => compile_pattern(pattern)?,
+            };
+            let client = env.coord.client();
+            client.refresh_metadata(None).await?;
+            self.metadata_checked = Instant::now();
+            let md = client.metadata();
+            let matched: BTreeSet<String> = md
+                .topics
+                .values()
+                .filter(|t| !t.is_internal && re.is_match(&t.name))
+                .map(|t| t.name.clone())
+                .collect();
+            self.pattern = Some((pattern.clone(), re, matched));
+        }
+        Ok(self
+            .pattern
+            .as_ref()
+            .map(|(_, _, t)| t.clone())
+            .unwrap_or_default())
+    }
+
+    /// The leader rebalances the group when a topic it assigned changed its partition count
+    /// (checked every `metadata.max.age.ms`).
+    async fn check_assignment_snapshot(&mut self, env: &Env<'_>) {
+        let Some(snapshot) = &self.assignment_snapshot else {
+            return;
+        };
+        if !self.metadata_due(env) {
+            return;
+        }
+        self.metadata_checked = Instant::now();
+        let topics: Vec<String> = snapshot.keys().cloned().collect();
+        let client = env.coord.client();
+        if client.refresh_metadata(Some(&topics)).await.is_err() {
+            return;
+        }
+        if partition_counts(&client.metadata(), &topics) != *snapshot {
+            tracing::info!("partition counts of assigned topics changed; rebalancing");
+            self.request_rejoin();
         }
     }
 
@@ -381,13 +459,9 @@ impl ClassicMember {
     ) -> Result<Option<(Assignment, i32)>> {
         self.shared.lock().unwrap().state = MemberState::PreparingRebalance;
         let req_env = &*env;
-        let mut build_err = None;
         let resp = env
             .coord
-            .send(ApiKey::JoinGroup, |v| {
-                self.join_request(req_env, topics, v)
-                    .inspect_err(|e| build_err = Some(e.to_string()))
-            })
+            .send(ApiKey::JoinGroup, |v| self.join_request(req_env, topics, v))
             .await?;
         self.joined = Some(topics.clone());
         match ErrorCode::try_from_code(resp.error_code) {
@@ -439,6 +513,7 @@ impl ClassicMember {
                     "the group chose assignor {protocol:?}, which this member did not offer"
                 )))
             })?;
+        self.assignment_snapshot = None;
         let assignments = if resp.leader == resp.member_id && !resp.skip_assignment {
             self.lead(env, &resp, assignor_idx).await?
         } else {
@@ -498,7 +573,6 @@ impl ClassicMember {
             s.rejoin_needed = false;
         }
         drop(s);
-        let _ = build_err;
         Ok(Some((assignment, generation)))
     }
 
@@ -517,7 +591,7 @@ impl ClassicMember {
 
     /// The leader's part: run the chosen assignor over every member's subscription.
     async fn lead(
-        &self,
+        &mut self,
         env: &Env<'_>,
         resp: &JoinGroupResponse,
         assignor_idx: usize,
@@ -559,6 +633,8 @@ impl ClassicMember {
                 .collect();
             cluster.topics.insert(t.clone(), parts);
         }
+        self.assignment_snapshot = Some(partition_counts(&md, &all_topics));
+        self.metadata_checked = Instant::now();
         let assignor = self.assignors[assignor_idx].get();
         let result = assignor
             .assign(&cluster, &subs)
@@ -632,6 +708,22 @@ impl ClassicMember {
         self.shared.lock().unwrap().reset_generation();
         self.joined = None;
     }
+}
+
+/// Partition counts of `topics` (0 for a topic without metadata).
+fn partition_counts(
+    md: &crate::client::ClusterMetadata,
+    topics: &[String],
+) -> BTreeMap<String, usize> {
+    topics
+        .iter()
+        .map(|t| {
+            (
+                t.clone(),
+                md.topics.get(t).map_or(0, |tm| tm.partitions.len()),
+            )
+        })
+        .collect()
 }
 
 fn millis(d: Duration) -> i32 {

@@ -176,10 +176,10 @@ impl Group {
         subscription: Subscription,
         listener: Option<Box<dyn RebalanceListener>>,
     ) -> Result<()> {
-        if let (Subscription::Pattern(_), Membership::Classic(_)) =
+        if let (Subscription::Pattern(p), Membership::Classic(_)) =
             (&subscription, &self.membership)
         {
-            super::classic::check_pattern_supported()?;
+            super::classic::compile_pattern(p)?;
         }
         self.subscription = Some(subscription);
         if listener.is_some() {
@@ -224,7 +224,12 @@ impl Group {
 
     /// Everything `poll` does for the group before fetching: keep or (re)join the membership,
     /// run the listener, start new partitions from their committed offsets, auto-commit.
-    pub async fn poll(&mut self, positions: &mut Positions, reset: OffsetReset) -> Result<()> {
+    pub async fn poll(
+        &mut self,
+        positions: &mut Positions,
+        reset: OffsetReset,
+        deadline: Instant,
+    ) -> Result<()> {
         if let Some(sub) = self.subscription.clone() {
             let mut env = Self::env(
                 &self.coord,
@@ -234,7 +239,7 @@ impl Group {
                 &mut self.assigned,
             );
             match &mut self.membership {
-                Membership::Classic(m) => m.poll(&mut env, &sub).await?,
+                Membership::Classic(m) => m.poll(&mut env, &sub, deadline).await?,
                 Membership::Consumer(m) => m.poll(&mut env, &sub).await?,
             }
         }
