@@ -479,6 +479,38 @@ async fn pattern_subscription(bootstrap: &str, protocol: GroupProtocol) {
     m.close().await;
 }
 
+/// A member that stops polling for longer than `max.poll.interval.ms` leaves the group; its
+/// next poll reports its partitions lost and rejoins.
+async fn poll_timeout(bootstrap: &str, protocol: GroupProtocol) {
+    let name = format!("polltimeout-{protocol:?}").to_lowercase();
+    let topic = format!("t-{name}");
+    create_topic(bootstrap, &topic).await;
+    let mut cfg = group_config(&format!("g-{name}"), protocol, "range");
+    cfg.group.max_poll_interval = Duration::from_secs(2);
+    let view = Arc::new(Mutex::new(View::default()));
+    let mut c = Consumer::new(client(bootstrap).await, cfg);
+    c.subscribe(&[&topic], Some(Box::new(Recorder(view.clone()))))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while view.lock().unwrap().assigned.len() < 6 {
+        assert!(Instant::now() < deadline, "{name}: not assigned");
+        c.poll(Duration::from_millis(200)).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while view.lock().unwrap().events.len() < 3 || view.lock().unwrap().assigned.len() < 6 {
+        assert!(
+            Instant::now() < deadline,
+            "{name}: no rejoin: {:?}",
+            view.lock().unwrap().events
+        );
+        c.poll(Duration::from_millis(200)).await.unwrap();
+    }
+    let events = view.lock().unwrap().events.clone();
+    assert_eq!(events, ["assigned 6", "lost 6", "assigned 6"], "{name}");
+    c.close().await.unwrap();
+}
+
 /// `strom consume --group`: reads the topic, commits on exit, and a second run continues
 /// after the committed offsets.
 async fn cli_consume_group(bootstrap: &str) {
@@ -553,6 +585,8 @@ async fn group_consumers_against_a_broker() {
         pattern_subscription(&bootstrap, GroupProtocol::Classic),
         pattern_subscription(&bootstrap, GroupProtocol::Consumer),
         cli_consume_group(&bootstrap),
+        poll_timeout(&bootstrap, GroupProtocol::Classic),
+        poll_timeout(&bootstrap, GroupProtocol::Consumer),
     );
     eprintln!("scenarios took {:?}", started.elapsed());
     drop(kafka);

@@ -45,6 +45,8 @@ struct State {
     fenced: bool,
     fatal: Option<(ErrorCode, String)>,
     subscription: Option<Subscription>,
+    /// When the application last polled (`max.poll.interval.ms` is measured from it).
+    last_poll: Instant,
 }
 
 struct Shared {
@@ -80,6 +82,7 @@ impl ConsumerMember {
                     fenced: false,
                     fatal: None,
                     subscription: None,
+                    last_poll: Instant::now(),
                 }),
                 wake: Notify::new(),
             }),
@@ -102,6 +105,7 @@ impl ConsumerMember {
                 }
                 .into());
             }
+            s.last_poll = Instant::now();
             if s.subscription.as_ref() != Some(sub) {
                 s.subscription = Some(sub.clone());
                 self.shared.wake.notify_one();
@@ -391,13 +395,61 @@ fn handle_response(
     }
 }
 
+async fn leave_on_poll_timeout(coord: &Coordinator, shared: &Shared, config: &GroupConfig) {
+    let (member_id, epoch) = {
+        let s = shared.state.lock().unwrap();
+        (s.member_id.clone(), s.member_epoch)
+    };
+    let leave_epoch = if config.group_instance_id.is_some() {
+        LEAVE_STATIC_EPOCH
+    } else {
+        LEAVE_EPOCH
+    };
+    let group = coord.group_id().to_string();
+    let instance = config.group_instance_id.clone();
+    let r = coord
+        .send(ApiKey::ConsumerGroupHeartbeat, |_| {
+            let mut req = ConsumerGroupHeartbeatRequest::default();
+            req.group_id = GroupId(StrBytes::from_string(group));
+            req.member_id = StrBytes::from_string(member_id);
+            req.member_epoch = leave_epoch;
+            req.instance_id = instance.map(StrBytes::from_string);
+            Ok(req)
+        })
+        .await;
+    if let Err(e) = r {
+        tracing::info!(error = %e, "leaving the group after the poll timeout failed");
+    }
+    let mut s = shared.state.lock().unwrap();
+    if s.member_epoch == epoch {
+        s.fenced = true;
+        s.target = None;
+    }
+}
+
 async fn heartbeat_loop(coord: Coordinator, shared: Arc<Shared>, config: GroupConfig) {
     let mut delay = Duration::ZERO;
     let mut attempt = 0u32;
     loop {
-        if !delay.is_zero() {
-            // A reconciliation (or subscription change) wakes the loop to acknowledge at once.
-            let _ = tokio::time::timeout(delay, shared.wake.notified()).await;
+        // Wait for the next heartbeat in short slices so that the poll timeout is noticed in
+        // time; a reconciliation (or subscription change) wakes the loop to acknowledge at once.
+        let next = Instant::now() + delay;
+        loop {
+            let now = Instant::now();
+            if now >= next {
+                break;
+            }
+            let slice = (next - now).min(Duration::from_millis(250));
+            if tokio::time::timeout(slice, shared.wake.notified())
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            let s = shared.state.lock().unwrap();
+            if s.member_epoch > 0 && s.last_poll.elapsed() > config.max_poll_interval {
+                break;
+            }
         }
         let (sent_epoch, waiting) = {
             let s = shared.state.lock().unwrap();
@@ -408,6 +460,16 @@ async fn heartbeat_loop(coord: Coordinator, shared: Arc<Shared>, config: GroupCo
         };
         if waiting {
             // Fenced: `poll` first drops the partitions as lost, then the member rejoins.
+            delay = Duration::from_millis(100);
+            continue;
+        }
+        if sent_epoch > 0
+            && shared.state.lock().unwrap().last_poll.elapsed() > config.max_poll_interval
+        {
+            // Java: the member leaves so that its partitions can move; the next poll finds them
+            // lost and rejoins.
+            tracing::warn!("no poll for longer than max.poll.interval.ms; leaving the group");
+            leave_on_poll_timeout(&coord, &shared, &config).await;
             delay = Duration::from_millis(100);
             continue;
         }
