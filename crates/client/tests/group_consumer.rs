@@ -400,6 +400,31 @@ async fn commits_survive_restart(bootstrap: &str, protocol: GroupProtocol) {
     want.sort();
     assert_eq!(seen, want, "{name}");
     c.close().await.unwrap();
+
+    // auto.offset.reset=none in a group without commits: Java's NoOffsetForPartitionException.
+    let mut cfg = group_config(&format!("g-{name}-none"), protocol, "range");
+    cfg.auto_offset_reset = OffsetReset::None;
+    let mut c = Consumer::new(client(bootstrap).await, cfg);
+    c.subscribe(&[&topic], None).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let err = loop {
+        assert!(
+            Instant::now() < deadline,
+            "{name}: no error with auto.offset.reset=none"
+        );
+        match c.poll(Duration::from_millis(300)).await {
+            Ok(r) => assert!(r.is_empty(), "{name}: records without an offset"),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(
+            err,
+            strom_client::Error::Group(strom_client::group::GroupError::NoOffsetForPartition(_))
+        ),
+        "{name}: {err}"
+    );
+    c.close().await.unwrap();
 }
 
 /// Two static members; one restarts with the same group.instance.id within the session

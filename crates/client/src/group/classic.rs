@@ -694,7 +694,12 @@ impl ClassicMember {
         let (generation, member_id) = self.generation();
         let state = self.shared.lock().unwrap().state;
         let owned = env.assigned.clone();
-        if generation < 0 || member_id.is_empty() {
+        // Java: lost, not revoked, when the generation is gone or a rebalance is under way.
+        let rebalancing = matches!(
+            state,
+            MemberState::PreparingRebalance | MemberState::CompletingRebalance
+        );
+        if generation < 0 || member_id.is_empty() || rebalancing {
             env.lose(&owned);
         } else {
             env.revoke(&owned, false);
