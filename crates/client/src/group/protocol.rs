@@ -6,6 +6,7 @@
 //! the schemas only ever append fields, which is how Java stays compatible with newer members.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use strom_protocol::java::string_cmp;
 use strom_protocol::kafka::messages::{
     consumer_protocol_assignment, consumer_protocol_subscription, ConsumerProtocolAssignment,
     ConsumerProtocolSubscription, TopicName,
@@ -52,16 +53,21 @@ fn read_version(bytes: &mut Bytes, what: &str) -> Result<i16, GroupError> {
     Ok(v.min(CONSUMER_PROTOCOL_VERSION))
 }
 
-/// The JoinGroup metadata for `sub` (its `group_instance_id` is not part of the bytes).
+/// The JoinGroup metadata for `sub` (its `group_instance_id` is not part of the bytes). As
+/// Java writes it, byte for byte: topics sorted, owned partitions sorted by topic then
+/// partition (Java's `String` order, UTF-16 code units).
 pub fn encode_subscription(sub: &Subscription) -> Result<Bytes, GroupError> {
     let mut m = ConsumerProtocolSubscription::default();
-    m.topics = sub
-        .topics
-        .iter()
+    let mut topics: Vec<&String> = sub.topics.iter().collect();
+    topics.sort_by(|a, b| string_cmp(a, b));
+    m.topics = topics
+        .into_iter()
         .map(|t| StrBytes::from_string(t.clone()))
         .collect();
     m.user_data = sub.user_data.clone();
-    m.owned_partitions = group_by_topic(&sub.owned_partitions)
+    let mut owned = sub.owned_partitions.clone();
+    owned.sort_by(|a, b| string_cmp(&a.topic, &b.topic).then(a.partition.cmp(&b.partition)));
+    m.owned_partitions = group_by_topic(&owned)
         .into_iter()
         .map(|(t, ps)| {
             let mut tp = consumer_protocol_subscription::TopicPartition::default();
@@ -163,14 +169,14 @@ mod tests {
         let bytes = encode_subscription(&sub).unwrap();
         assert_eq!(&bytes[..2], &[0, 3]);
         let back = decode_subscription(bytes, Some("i".into())).unwrap();
-        assert_eq!(back.topics, sub.topics);
+        // Sorted, as Java writes them.
+        assert_eq!(back.topics, vec!["a".to_string(), "b".to_string()]);
         assert_eq!(back.user_data, sub.user_data);
-        // Grouped by topic in order of first appearance.
         assert_eq!(
             back.owned_partitions,
             vec![
-                TopicPartition::new("a", 2),
                 TopicPartition::new("a", 0),
+                TopicPartition::new("a", 2),
                 TopicPartition::new("b", 0)
             ]
         );
