@@ -1,4 +1,5 @@
-//! A consumer with manual partition assignment (no consumer groups yet): assign, seek, poll.
+//! The consumer: manual partition assignment (assign, seek, poll), or group membership
+//! (`subscribe` with a `group.id`; the group machinery is in [`crate::group`]) with commits.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -16,6 +17,9 @@ use tokio::task::JoinSet;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::group::{
+    Group, GroupConfig, GroupError, GroupMetadata, RebalanceListener, Subscription, TopicPartition,
+};
 
 /// ListOffsets timestamp meaning "the log start offset".
 pub const EARLIEST_TIMESTAMP: i64 = -2;
@@ -27,6 +31,8 @@ pub const LATEST_TIMESTAMP: i64 = -1;
 pub enum OffsetReset {
     Earliest,
     Latest,
+    /// Fail (Java's `NoOffsetForPartitionException` / `OffsetOutOfRangeException`).
+    None,
 }
 
 /// Consumer settings, named after Kafka's.
@@ -44,6 +50,8 @@ pub struct ConsumerConfig {
     pub auto_offset_reset: OffsetReset,
     /// 0 = read_uncommitted, 1 = read_committed.
     pub isolation_level: i8,
+    /// `group.id` and the other group settings.
+    pub group: GroupConfig,
 }
 
 impl Default for ConsumerConfig {
@@ -55,6 +63,7 @@ impl Default for ConsumerConfig {
             max_partition_fetch_bytes: 1024 * 1024,
             auto_offset_reset: OffsetReset::Latest,
             isolation_level: 0,
+            group: GroupConfig::default(),
         }
     }
 }
@@ -72,17 +81,25 @@ pub struct ConsumerRecord {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Position {
+pub(crate) enum Position {
     Offset(i64),
     Reset(OffsetReset),
+    /// A partition just assigned by the group: start from the group's committed offset, else
+    /// from `auto.offset.reset`.
+    Committed,
 }
+
+/// Positions by `(topic, partition)`.
+pub(crate) type Positions = BTreeMap<(String, i32), Position>;
 
 /// The consumer. Not shared: `poll` takes `&mut self`.
 #[derive(Debug)]
 pub struct Consumer {
     client: Client,
     config: ConsumerConfig,
-    positions: BTreeMap<(String, i32), Position>,
+    positions: Positions,
+    /// Built on first use of a group API when `group.id` is set.
+    group: Option<Box<Group>>,
 }
 
 impl Consumer {
@@ -92,6 +109,7 @@ impl Consumer {
             client,
             config,
             positions: BTreeMap::new(),
+            group: None,
         }
     }
 
@@ -100,9 +118,17 @@ impl Consumer {
         &self.client
     }
 
+    /// The configuration.
+    pub fn config(&self) -> &ConsumerConfig {
+        &self.config
+    }
+
     /// Adds partitions of `topic` to the assignment (`None`: all its partitions), starting at
     /// `auto_offset_reset` unless sought. Returns the partitions assigned.
     pub async fn assign(&mut self, topic: &str, partitions: Option<&[i32]>) -> Result<Vec<i32>> {
+        if self.group.as_ref().is_some_and(|g| g.is_subscribed()) {
+            return Err(GroupError::MixedSubscription.into());
+        }
         let tm = self.client.topic_metadata(topic).await?;
         let all: Vec<i32> = tm.partitions.iter().map(|p| p.partition).collect();
         let chosen = match partitions {
@@ -130,6 +156,142 @@ impl Consumer {
     /// Removes everything from the assignment.
     pub fn unassign(&mut self) {
         self.positions.clear();
+    }
+
+    /// The group state, built on first use; fails without a `group.id` (Java's
+    /// `InvalidGroupIdException`).
+    fn group(&mut self) -> Result<&mut Group> {
+        if self.group.is_none() {
+            match Group::new(&self.client, &self.config.group)? {
+                Some(g) => self.group = Some(Box::new(g)),
+                None => return Err(GroupError::InvalidGroupId.into()),
+            }
+        }
+        // Just set above when absent.
+        self.group
+            .as_deref_mut()
+            .ok_or_else(|| GroupError::InvalidGroupId.into())
+    }
+
+    /// Joins the group (on the next `poll`) with a subscription to `topics`; the group assigns
+    /// the partitions. Replaces an earlier subscription. `listener`, when given, replaces the
+    /// rebalance listener.
+    pub fn subscribe(
+        &mut self,
+        topics: &[&str],
+        listener: Option<Box<dyn RebalanceListener>>,
+    ) -> Result<()> {
+        if topics.iter().any(|t| t.trim().is_empty()) {
+            return Err(Error::Config(
+                "topic names to subscribe to must not be empty".into(),
+            ));
+        }
+        self.subscribe_to(
+            Subscription::Topics(topics.iter().map(|t| t.to_string()).collect()),
+            listener,
+        )
+    }
+
+    /// Subscribes to every topic whose whole name matches the regular expression `pattern`
+    /// (with `group.protocol=consumer` the broker evaluates it, RE2 syntax, as Java does).
+    pub fn subscribe_pattern(
+        &mut self,
+        pattern: &str,
+        listener: Option<Box<dyn RebalanceListener>>,
+    ) -> Result<()> {
+        if pattern.is_empty() {
+            return Err(Error::Config(
+                "the subscription pattern must not be empty".into(),
+            ));
+        }
+        self.subscribe_to(Subscription::Pattern(pattern.to_string()), listener)
+    }
+
+    fn subscribe_to(
+        &mut self,
+        sub: Subscription,
+        listener: Option<Box<dyn RebalanceListener>>,
+    ) -> Result<()> {
+        let manual =
+            !self.positions.is_empty() && !self.group.as_ref().is_some_and(|g| g.is_subscribed());
+        if manual {
+            return Err(GroupError::MixedSubscription.into());
+        }
+        self.group()?.subscribe(sub, listener)
+    }
+
+    /// Leaves the group (committing first with auto-commit, revoking through the listener);
+    /// the consumer can subscribe or assign again afterwards.
+    pub async fn unsubscribe(&mut self) -> Result<()> {
+        if let Some(g) = self.group.as_mut() {
+            g.unsubscribe(&mut self.positions).await?;
+        }
+        self.positions.clear();
+        Ok(())
+    }
+
+    /// Commits `offsets` (the next offsets to read; `None`: the consumed position of every
+    /// assigned partition) to the group and waits for the answer (Java's `commitSync`).
+    pub async fn commit_sync(
+        &mut self,
+        offsets: Option<BTreeMap<TopicPartition, i64>>,
+    ) -> Result<()> {
+        self.group()?;
+        let positions = &self.positions;
+        match self.group.as_mut() {
+            Some(g) => g.commit_sync(positions, offsets).await,
+            None => Err(GroupError::InvalidGroupId.into()),
+        }
+    }
+
+    /// Sends the commit and returns at once (Java's `commitAsync`); the task yields the
+    /// outcome. Commits reach the coordinator in call order.
+    pub fn commit_async(
+        &mut self,
+        offsets: Option<BTreeMap<TopicPartition, i64>>,
+    ) -> Result<tokio::task::JoinHandle<Result<()>>> {
+        self.group()?;
+        let offsets = offsets.unwrap_or_else(|| {
+            let assigned = self
+                .group
+                .as_ref()
+                .map(|g| g.assignment().clone())
+                .unwrap_or_default();
+            self.positions
+                .iter()
+                .filter_map(|((t, p), pos)| match pos {
+                    Position::Offset(o) => Some((TopicPartition::new(t.clone(), *p), *o)),
+                    _ => None,
+                })
+                .filter(|(tp, _)| assigned.is_empty() || assigned.contains(tp))
+                .collect()
+        });
+        match self.group.as_mut() {
+            Some(g) => Ok(g.commit_async(offsets)),
+            None => Err(GroupError::InvalidGroupId.into()),
+        }
+    }
+
+    /// The group's last committed offsets for `partitions` (`None`: nothing committed).
+    pub async fn committed(
+        &mut self,
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, Option<i64>>> {
+        self.group()?.committed(partitions).await
+    }
+
+    /// The group id, generation (or member epoch) and member id (Java's `groupMetadata`).
+    pub fn group_metadata(&mut self) -> Result<GroupMetadata> {
+        Ok(self.group()?.metadata())
+    }
+
+    /// Closes the consumer: with a group, commits (auto-commit), revokes through the listener
+    /// and leaves the group (a static member stays for its session timeout).
+    pub async fn close(mut self) -> Result<()> {
+        if let Some(g) = self.group.as_mut() {
+            g.close(&mut self.positions).await?;
+        }
+        Ok(())
     }
 
     /// The assigned `(topic, partition)`s.
@@ -198,6 +360,10 @@ impl Consumer {
             let ts = match r {
                 OffsetReset::Earliest => EARLIEST_TIMESTAMP,
                 OffsetReset::Latest => LATEST_TIMESTAMP,
+                OffsetReset::None => {
+                    let list: Vec<String> = parts.iter().map(|p| format!("{topic}-{p}")).collect();
+                    return Err(GroupError::NoOffsetForPartition(list.join(", ")).into());
+                }
             };
             let offsets = self.list_offsets(&topic, &parts, ts).await?;
             for (p, o) in offsets {
@@ -213,7 +379,26 @@ impl Consumer {
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
         let deadline = Instant::now() + timeout;
         loop {
-            if self.positions.is_empty() {
+            if let Some(g) = self.group.as_mut() {
+                // Rebalances, listener calls, committed offsets of new partitions, auto-commit.
+                g.poll(&mut self.positions, self.config.auto_offset_reset, deadline)
+                    .await?;
+            }
+            let subscribed = self.group.as_ref().is_some_and(|g| g.is_subscribed());
+            if !self
+                .positions
+                .values()
+                .any(|p| !matches!(p, Position::Committed))
+            {
+                if subscribed && Instant::now() < deadline {
+                    // Nothing assigned yet: keep the membership going while waiting.
+                    let step = Duration::from_millis(100);
+                    tokio::time::sleep(
+                        step.min(deadline.saturating_duration_since(Instant::now())),
+                    )
+                    .await;
+                    continue;
+                }
                 tokio::time::sleep_until(deadline.into()).await;
                 return Ok(Vec::new());
             }

@@ -48,6 +48,9 @@ pub enum Error {
     /// The producer or consumer was closed.
     #[error("client closed")]
     Closed,
+    /// A consumer-group failure (see [`crate::group::GroupError`]).
+    #[error(transparent)]
+    Group(#[from] crate::group::GroupError),
     /// A record did not complete within `delivery.timeout.ms`.
     #[error("delivery timed out after {0} ms")]
     DeliveryTimeout(u64),

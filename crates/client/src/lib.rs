@@ -10,7 +10,8 @@
 //! - [`Producer`]: a batching producer (record accumulator, linger, compression, acks, retries,
 //!   Kafka's murmur2 key partitioner and a sticky partitioner for null keys), idempotent by
 //!   default as Kafka's (producer id, epoch and per-partition sequences; see [`idempotence`]).
-//! - [`Consumer`]: manual assignment, seek and poll (no consumer groups yet).
+//! - [`Consumer`]: manual assignment, seek and poll, or consumer-group subscription (classic
+//!   and KIP-848 protocols, see [`group`]) with commits.
 //!
 //! Message structs come from the `kafka-protocol` crate via [`strom_protocol::kafka`].
 //!
@@ -33,6 +34,7 @@ pub mod client;
 pub mod connection;
 pub mod consumer;
 pub mod error;
+pub mod group;
 pub mod idempotence;
 pub mod partitioner;
 pub mod producer;
@@ -48,6 +50,7 @@ pub use client::{
 pub use connection::{Connection, ConnectionConfig};
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetReset};
 pub use error::{Error, Result};
+pub use group::{GroupConfig, GroupProtocol, RebalanceListener, TopicPartition};
 pub use producer::{
     Acks, Compression, DeliveryFuture, Producer, ProducerConfig, ProducerIdAndEpoch,
     ProducerRecord, RecordMetadata,

@@ -322,6 +322,8 @@ pub(crate) fn clone_error(e: &Error) -> Error {
         Error::ConfigException(s) => Error::ConfigException(s.clone()),
         Error::Protocol(s) => Error::Protocol(s.clone()),
         Error::NoBrokerAvailable(s) => Error::NoBrokerAvailable(s.clone()),
+        // The producer never fails with a group error; keep its text if one arrives.
+        Error::Group(g) => Error::Protocol(g.to_string()),
         Error::Io { addr, source } => Error::Io {
             addr: addr.clone(),
             source: std::io::Error::new(source.kind(), source.to_string()),

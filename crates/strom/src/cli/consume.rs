@@ -1,11 +1,13 @@
-//! `strom consume`: like `kafka-console-consumer.sh` (without consumer groups). Prints record
-//! values one per line, and `Processed a total of N messages` on stderr at the end.
+//! `strom consume`: like `kafka-console-consumer.sh`. Prints record values one per line, and
+//! `Processed a total of N messages` on stderr at the end. With `--group G` it joins the
+//! consumer group (subscribing to the topic, committing consumed offsets, leaving on exit)
+//! instead of reading every partition itself.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use strom_client::{Consumer, ConsumerConfig, ConsumerRecord, OffsetReset};
+use strom_client::{Consumer, ConsumerConfig, ConsumerRecord, GroupConfig, OffsetReset};
 
 use super::{connect, parse_kv, unescape, DEFAULT_BOOTSTRAP};
 
@@ -37,6 +39,16 @@ pub struct ConsumeArgs {
     /// Exit when no record arrives for this long.
     #[arg(long)]
     pub timeout_ms: Option<u64>,
+    /// Join this consumer group (subscribe to the topic; the group assigns partitions and
+    /// keeps the committed offsets).
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
+    /// Consumer settings under Kafka's names: group.protocol, group.instance.id,
+    /// partition.assignment.strategy, group.remote.assignor, enable.auto.commit,
+    /// auto.commit.interval.ms, session.timeout.ms, heartbeat.interval.ms,
+    /// max.poll.interval.ms, auto.offset.reset, client.rack.
+    #[arg(long = "consumer-property", value_name = "KEY=VALUE", value_parser = parse_kv)]
+    pub consumer_property: Vec<(String, String)>,
     /// Formatter properties: print.key, print.value, print.timestamp, print.partition,
     /// print.offset, print.headers (true/false), key.separator, line.separator.
     #[arg(long = "property", value_name = "KEY=VALUE", value_parser = parse_kv)]
@@ -142,14 +154,24 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     } else {
         OffsetReset::Latest
     };
-    let config = ConsumerConfig {
+    let mut config = ConsumerConfig {
         auto_offset_reset: reset,
         ..Default::default()
     };
+    config.group.group_id = args.group.clone();
+    apply_consumer_properties(&mut config, &args.consumer_property)?;
+    if config.group.group_id.is_some() && (args.partition.is_some() || args.offset.is_some()) {
+        anyhow::bail!("--group cannot be combined with --partition or --offset: the group assigns partitions and keeps their offsets");
+    }
     let client = connect(&args.bootstrap_server).await?;
     let mut consumer = Consumer::new(client, config);
-    let parts = args.partition.map(|p| vec![p]);
-    let assigned = consumer.assign(&topic, parts.as_deref()).await?;
+    let mut assigned = Vec::new();
+    if consumer_group(&consumer).is_some() {
+        consumer.subscribe(&[topic.as_str()], None)?;
+    } else {
+        let parts = args.partition.map(|p| vec![p]);
+        assigned = consumer.assign(&topic, parts.as_deref()).await?;
+    }
     if let Some(o) = &args.offset {
         match o.as_str() {
             "earliest" => consumer.seek_to_beginning(&topic, None),
@@ -175,7 +197,69 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     };
     let n = count.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!("Processed a total of {n} messages");
-    result
+    // Commits (with auto-commit) and leaves the group.
+    let closed = consumer.close().await;
+    result?;
+    closed.map_err(Into::into)
+}
+
+fn consumer_group(c: &Consumer) -> Option<&str> {
+    c.config().group.group_id.as_deref()
+}
+
+fn parse_ms(key: &str, v: &str) -> anyhow::Result<Duration> {
+    v.parse::<u64>()
+        .map(Duration::from_millis)
+        .map_err(|_| anyhow::anyhow!("invalid {key}={v:?}: expected milliseconds"))
+}
+
+fn parse_bool(key: &str, v: &str) -> anyhow::Result<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => anyhow::bail!("invalid {key}={v:?}: expected true or false"),
+    }
+}
+
+/// `--consumer-property` under Kafka's names; unknown names are an error rather than ignored.
+fn apply_consumer_properties(
+    config: &mut ConsumerConfig,
+    props: &[(String, String)],
+) -> anyhow::Result<()> {
+    let g: &mut GroupConfig = &mut config.group;
+    for (k, v) in props {
+        match k.as_str() {
+            "group.id" => g.group_id = Some(v.clone()),
+            "group.protocol" => g.group_protocol = v.parse()?,
+            "group.instance.id" => g.group_instance_id = Some(v.clone()),
+            "partition.assignment.strategy" => {
+                g.partition_assignment_strategy = v
+                    .split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            }
+            "group.remote.assignor" => g.group_remote_assignor = Some(v.clone()),
+            "enable.auto.commit" => g.enable_auto_commit = parse_bool(k, v)?,
+            "auto.commit.interval.ms" => g.auto_commit_interval = parse_ms(k, v)?,
+            "session.timeout.ms" => g.session_timeout = parse_ms(k, v)?,
+            "heartbeat.interval.ms" => g.heartbeat_interval = parse_ms(k, v)?,
+            "max.poll.interval.ms" => g.max_poll_interval = parse_ms(k, v)?,
+            "client.rack" => g.client_rack = Some(v.clone()),
+            "auto.offset.reset" => {
+                config.auto_offset_reset = match v.to_ascii_lowercase().as_str() {
+                    "earliest" => OffsetReset::Earliest,
+                    "latest" => OffsetReset::Latest,
+                    "none" => OffsetReset::None,
+                    _ => anyhow::bail!(
+                        "invalid auto.offset.reset={v:?}: expected earliest, latest or none"
+                    ),
+                }
+            }
+            _ => anyhow::bail!("unknown --consumer-property {k:?}"),
+        }
+    }
+    Ok(())
 }
 
 async fn consume_loop(
@@ -234,6 +318,48 @@ async fn consume_loop(
 mod tests {
     use super::*;
     use bytes::Bytes;
+
+    #[test]
+    fn consumer_properties() {
+        let mut c = ConsumerConfig::default();
+        let props = |kv: &[(&str, &str)]| -> Vec<(String, String)> {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        apply_consumer_properties(
+            &mut c,
+            &props(&[
+                ("group.protocol", "CONSUMER"),
+                ("partition.assignment.strategy", "roundrobin, range"),
+                ("session.timeout.ms", "6000"),
+                ("auto.offset.reset", "none"),
+                ("enable.auto.commit", "false"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            c.group.group_protocol,
+            strom_client::GroupProtocol::Consumer
+        );
+        assert_eq!(
+            c.group.partition_assignment_strategy,
+            vec!["roundrobin", "range"]
+        );
+        assert_eq!(c.group.session_timeout, Duration::from_secs(6));
+        assert_eq!(c.auto_offset_reset, OffsetReset::None);
+        assert!(!c.group.enable_auto_commit);
+        for bad in [
+            ("session.timeout.ms", "x"),
+            ("group.protocol", "eager"),
+            ("nope", "1"),
+        ] {
+            assert!(
+                apply_consumer_properties(&mut c, &props(&[bad])).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
 
     #[test]
     fn formats_like_kafka() {
