@@ -291,7 +291,6 @@ fn four_hundred_partitions_work_under_a_600_descriptor_limit() {
     assert_eq!(producer.flush(Duration::from_secs(120)), Ok(()));
     let consumer: BaseConsumer = cfg
         .clone()
-        .set("group.id", "unused")
         .set("enable.auto.commit", "false")
         .set("fetch.wait.max.ms", "100")
         .create()

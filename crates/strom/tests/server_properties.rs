@@ -166,7 +166,6 @@ fn produce_and_consume(node: &Node, topic: &str, n: usize) {
     p.flush(Duration::from_secs(30)).unwrap();
     let c: BaseConsumer = node
         .client()
-        .set("group.id", "unused")
         .set("enable.auto.commit", "false")
         .create()
         .unwrap();
