@@ -134,6 +134,12 @@ impl MetadataLoader {
         let _ = rx.wait_for(|&done| done >= target).await;
     }
 
+    /// A receiver that changes each time the publishers have seen a new image: a waiter for a
+    /// condition on the broker's image re-checks it on every change.
+    pub fn published(&self) -> watch::Receiver<u64> {
+        self.published.clone()
+    }
+
     /// Ends the loader thread once the updates queued so far are published, and waits for it:
     /// after this no publisher runs (the replica manager may close its logs). Later images are
     /// dropped.

@@ -425,6 +425,15 @@ impl Server {
             .controller_quorum
             .is_some()
             .then(|| tokio::spawn(cluster_chores(self.broker.clone(), stop_rx.clone())));
+        // Kafka's BrokerServer enables request processing on its listeners only once the broker
+        // is registered and unfenced: before that a Metadata answer would list no broker and no
+        // controller, and librdkafka's admin client then waits for a controller until its
+        // metadata refresh (minutes). Connections made meanwhile wait in the listen backlog.
+        tokio::pin!(shutdown);
+        let serving = tokio::select! {
+            _ = wait_until_unfenced(&self.broker) => true,
+            _ = &mut shutdown => false,
+        };
         // The broker listeners stop accepting at the shutdown signal; their connections are
         // served through the controlled shutdown, until `stop_tx`.
         let (accept_stop_tx, accept_stop_rx) = watch::channel(false);
@@ -432,6 +441,7 @@ impl Server {
         let accepting: Vec<_> = self
             .listeners
             .into_iter()
+            .filter(|_| serving)
             .map(|(info, l)| {
                 tokio::spawn(accept_loop(
                     self.broker.clone(),
@@ -443,7 +453,9 @@ impl Server {
                 ))
             })
             .collect();
-        shutdown.await;
+        if serving {
+            shutdown.await;
+        }
         let _ = accept_stop_tx.send(true);
         for a in accepting {
             let _ = a.await;
@@ -483,6 +495,28 @@ impl Server {
         self.broker.inter_broker.close_all();
         tracing::info!("shutdown complete");
         Ok(())
+    }
+}
+
+/// Returns once the broker's image shows this broker registered and not fenced (at once on a
+/// single node, which registers before it serves; in a quorum after `register_until_done`).
+async fn wait_until_unfenced(broker: &Broker) {
+    let node = broker.config.node_id;
+    let mut published = broker.metadata_loader.published();
+    loop {
+        let unfenced = broker
+            .metadata
+            .read()
+            .brokers
+            .get(&node)
+            .is_some_and(|b| !b.fenced);
+        if unfenced {
+            return;
+        }
+        if published.changed().await.is_err() {
+            // The loader is gone (shutdown): nothing will change any more.
+            return std::future::pending().await;
+        }
     }
 }
 

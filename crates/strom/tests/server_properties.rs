@@ -166,6 +166,7 @@ fn produce_and_consume(node: &Node, topic: &str, n: usize) {
     p.flush(Duration::from_secs(30)).unwrap();
     let c: BaseConsumer = node
         .client()
+        .set("group.id", "unused")
         .set("enable.auto.commit", "false")
         .create()
         .unwrap();
@@ -230,11 +231,18 @@ fn kafka_server_properties_start_a_working_node() {
     for key in [
         "num.network.threads",
         "num.io.threads",
-        "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
     ] {
         assert!(line.contains(key), "{key} not named in: {line}");
     }
-    for key in ["listeners", "node.id", "process.roles", "log.segment.bytes"] {
+    // The group coordinator reads offsets.topic.replication.factor (for `__consumer_offsets`).
+    for key in [
+        "listeners",
+        "node.id",
+        "process.roles",
+        "log.segment.bytes",
+        "offsets.topic.replication.factor",
+    ] {
         assert!(
             !line.contains(&format!("[{key},")) && !line.contains(&format!(" {key},")),
             "{key} is used but named in: {line}"

@@ -255,11 +255,12 @@ pub fn produce(c: &Cluster, topic: &str, n: usize) {
     assert_eq!(p.in_flight_count(), 0);
 }
 
-/// An assign-only consumer without a `group.id`: no coordinator lookup, so it neither creates
-/// `__consumer_offsets` in a cluster under test nor waits for a coordinator on close.
+/// An assign-only consumer: no offset commits, so closing it does not wait for a group
+/// coordinator (groups are not served yet).
 pub fn consumer_config(c: &Cluster, via: &[i32]) -> ClientConfig {
     let mut cfg = c.config(via);
-    cfg.set("enable.auto.commit", "false")
+    cfg.set("group.id", "unused")
+        .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("fetch.wait.max.ms", "100");
     cfg

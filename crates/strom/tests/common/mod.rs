@@ -419,11 +419,10 @@ pub fn wait_for_topic(broker: &Broker, topic: &str, partitions: i32) {
     }
 }
 
-/// A consumer that never joins a group: use `assign` with explicit offsets. It has no
-/// `group.id`: with one, librdkafka looks up the group coordinator at once, which creates
-/// `__consumer_offsets` (50 partitions) in a broker whose test counts topics or partitions.
+/// A consumer that never joins a group: use `assign` with explicit offsets.
 pub fn consumer(broker: &Broker) -> BaseConsumer {
     client_config(broker)
+        .set("group.id", "strom-it-unused-group")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "error")
