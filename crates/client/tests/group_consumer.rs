@@ -3,9 +3,10 @@
 //! everything; commits survive a consumer restart; a static member restarts into its old
 //! partitions without moving anyone else's.
 //!
-//! The broker is `$STROM_GROUP_BOOTSTRAP` when set (e.g. a Strom server), else Apache Kafka 4.4
-//! started with `scripts/kafka-ref.sh` from `.cache/kafka-4.4` (when `java` or the jars are
-//! missing the test fails under `CI` and is skipped otherwise).
+//! Every scenario runs against a Strom broker (`group_consumers_against_strom`) and against the
+//! reference (`group_consumers_against_a_broker`): `$STROM_GROUP_BOOTSTRAP` when set, else Apache
+//! Kafka 4.4 started with `scripts/kafka-ref.sh` from `.cache/kafka-4.4` (when `java` or the jars
+//! are missing that one fails under `CI` and is skipped otherwise).
 
 mod common;
 
@@ -589,10 +590,9 @@ async fn cli_consume_group(bootstrap: &str) {
     assert_eq!(second, want);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn group_consumers_against_a_broker() {
-    let Some(kafka) = broker() else { return };
-    let bootstrap = kafka.bootstrap.clone();
+/// Every scenario at once against the broker at `bootstrap`.
+async fn all_scenarios(bootstrap: &str) {
+    let bootstrap = bootstrap.to_string();
     let started = Instant::now();
     tokio::join!(
         split_then_take_over(&bootstrap, "range", GroupProtocol::Classic, "range"),
@@ -614,5 +614,22 @@ async fn group_consumers_against_a_broker() {
         poll_timeout(&bootstrap, GroupProtocol::Consumer),
     );
     eprintln!("scenarios took {:?}", started.elapsed());
+}
+
+/// The scenarios against Apache Kafka 4.4 (or `$STROM_GROUP_BOOTSTRAP`): the client's own
+/// group code is checked against the reference broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_consumers_against_a_broker() {
+    let Some(kafka) = broker() else { return };
+    all_scenarios(&kafka.bootstrap).await;
     drop(kafka);
+}
+
+/// The same scenarios against a Strom broker (the `strom` binary of this workspace), with the
+/// group settings `scripts/kafka-ref.sh` gives Kafka.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_consumers_against_strom() {
+    let strom = common::Broker::start_with(&["group.initial.rebalance.delay.ms=0"]);
+    all_scenarios(&strom.bootstrap()).await;
+    drop(strom);
 }

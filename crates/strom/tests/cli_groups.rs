@@ -2,9 +2,9 @@
 //! run from the jars in `.cache/kafka-4.4/libs`) on the same broker: the same arguments must
 //! print the same tables and messages.
 //!
-//! The broker is Apache Kafka 4.4 started from the same jars (`scripts/kafka-ref.sh`), or the
-//! broker at `STROM_GROUPS_TEST_BOOTSTRAP` (e.g. a Strom broker) when that is set. Without Java
-//! or the jars the test fails when `CI` is set and is skipped otherwise.
+//! The comparison runs twice: on a Strom broker, and on Apache Kafka 4.4 started from the same
+//! jars (`scripts/kafka-ref.sh`) or the broker at `STROM_GROUPS_TEST_BOOTSTRAP` when that is
+//! set. Without Java or the jars the tests fail when `CI` is set and are skipped otherwise.
 //!
 //! The comparison, precisely: both tools' stdout is cut into lines; each line is split into
 //! whitespace-separated tokens (so column widths and trailing blanks do not matter, while every
@@ -227,16 +227,36 @@ fn member(bootstrap: &str, group: &str, protocol: &str, topic: &str, until: usiz
     c
 }
 
-#[test]
-fn groups_tool_matches_kafka_consumer_groups() {
+/// Whether Kafka's tool can run here; without it the tests fail under `CI` and skip otherwise.
+fn oracle_or_skip() -> bool {
     if let Err(why) = oracle_available() {
         if std::env::var_os("CI").is_some() {
             panic!("cli_groups needs Kafka 4.4 and Java: {why}");
         }
         eprintln!("skipping cli_groups: {why}");
+        return false;
+    }
+    true
+}
+
+/// Both tools against a Strom broker: Strom's group APIs must give Kafka's own tool what it
+/// needs, and `strom groups` must print what that tool prints.
+#[test]
+fn groups_tool_matches_kafka_consumer_groups_on_strom() {
+    if !oracle_or_skip() {
         return;
     }
-    let started = Instant::now();
+    let broker = common::Broker::start_with(&["group.initial.rebalance.delay.ms=0"]);
+    compare_tools(&broker.bootstrap());
+}
+
+/// Both tools against Apache Kafka 4.4 (or `STROM_GROUPS_TEST_BOOTSTRAP`): `strom groups`
+/// against the reference broker, so a difference is the tool's and not the broker's.
+#[test]
+fn groups_tool_matches_kafka_consumer_groups_on_kafka() {
+    if !oracle_or_skip() {
+        return;
+    }
     let kafka;
     let bootstrap = match std::env::var("STROM_GROUPS_TEST_BOOTSTRAP") {
         Ok(b) if !b.is_empty() => b,
@@ -245,6 +265,12 @@ fn groups_tool_matches_kafka_consumer_groups() {
             format!("127.0.0.1:{}", kafka.port)
         }
     };
+    compare_tools(&bootstrap);
+}
+
+fn compare_tools(bootstrap: &str) {
+    let started = Instant::now();
+    let bootstrap = bootstrap.to_string();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let client = rt
         .block_on(Client::connect(ClientConfig::new(&bootstrap)))
