@@ -81,6 +81,7 @@ const KNOWN_BROKER_KEYS: &[&str] = &[
     "offsets.topic.replication.factor",
     "offsets.topic.segment.bytes",
     "offsets.retention.ms",
+    "offsets.retention.minutes",
     "offsets.retention.check.interval.ms",
     "offsets.commit.timeout.ms",
     "offset.metadata.max.bytes",

@@ -18,8 +18,16 @@
 //! (the shard is rebuilt by replaying the partition from its log start; requests meanwhile get
 //! COORDINATOR_LOAD_IN_PROGRESS), [`CoordinatorRuntime::schedule_unload`] on losing it (the
 //! shard is dropped, pending responses and later requests get NOT_COORDINATOR).
+//!
+//! **Write timeout** ([`CoordinatorRuntime::set_write_timeout`], the group coordinator's
+//! `offsets.commit.timeout.ms`): a write whose records are not committed within it answers
+//! COORDINATOR_NOT_AVAILABLE, as Kafka's runtime fails the write with a timeout that the
+//! coordinators normalise so. Its records stay in the log and in the shard, as Kafka's do: the
+//! caller only stops waiting (a high watermark held back by slow followers must not hang a
+//! client's commit).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -209,6 +217,8 @@ pub struct CoordinatorRuntime<S: CoordinatorShard> {
     new_shard: Arc<NewShard<S>>,
     clock: Arc<dyn Clock>,
     shards: Mutex<HashMap<TopicPartition, ShardHandle<S>>>,
+    /// How long a write waits for its records to be committed, in ms (0: no limit).
+    write_timeout_ms: AtomicU64,
 }
 
 type NewShard<S> = dyn Fn(ShardContext<S>) -> S + Send + Sync;
@@ -235,7 +245,15 @@ impl<S: CoordinatorShard> CoordinatorRuntime<S> {
             new_shard: Arc::new(new_shard),
             clock,
             shards: Mutex::new(HashMap::new()),
+            write_timeout_ms: AtomicU64::new(0),
         })
+    }
+
+    /// Writes not committed within `timeout` answer COORDINATOR_NOT_AVAILABLE (see the module
+    /// page); `Duration::ZERO` waits without limit.
+    pub fn set_write_timeout(&self, timeout: Duration) {
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self.write_timeout_ms.store(ms, Ordering::Relaxed);
     }
 
     /// The clock shards read.
@@ -345,8 +363,16 @@ impl<S: CoordinatorShard> CoordinatorRuntime<S> {
             .map_err(|_| CoordinatorError::NotCoordinator(tp.clone()))?;
         // Not held while waiting: the shard's channel closes when it is unloaded.
         drop(events);
-        rx.await
-            .unwrap_or_else(|_| Err(CoordinatorError::NotCoordinator(tp.clone())))
+        let not_coordinator = |_| Err(CoordinatorError::NotCoordinator(tp.clone()));
+        match self.write_timeout_ms.load(Ordering::Relaxed) {
+            0 => rx.await.unwrap_or_else(not_coordinator),
+            ms => match tokio::time::timeout(Duration::from_millis(ms), rx).await {
+                Ok(r) => r.unwrap_or_else(not_coordinator),
+                Err(_) => Err(CoordinatorError::NotAvailable(format!(
+                    "the write to {tp:?} was not committed within {ms} ms"
+                ))),
+            },
+        }
     }
 
     /// Runs `op` against `tp`'s state as of its high watermark (the shard passes the offset;

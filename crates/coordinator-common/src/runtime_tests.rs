@@ -451,3 +451,39 @@ async fn a_shard_timer_fires_once_and_a_rescheduled_key_replaces_it() {
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(committed(&rt, "join").await, None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_write_not_committed_within_the_write_timeout_answers_coordinator_not_available() {
+    let p = Arc::new(MemPartition::default());
+    let rt = runtime(&p);
+    rt.set_write_timeout(Duration::from_secs(5));
+    rt.schedule_load(tp(), 0);
+    // Paused time: let the blocking load finish in real time.
+    for _ in 0..2000 {
+        if rt.partitions().iter().any(|(_, ok)| *ok) {
+            break;
+        }
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let rt2 = rt.clone();
+    let started = tokio::time::Instant::now();
+    let held = tokio::spawn(async move { increment(&rt2, "a").await });
+    tokio::time::sleep(Duration::from_millis(4900)).await;
+    assert!(!held.is_finished(), "answered before the timeout");
+    let e = held.await.unwrap().unwrap_err();
+    assert_eq!(e.code(), ErrorCode::CoordinatorNotAvailable);
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    // The records stay: in the log and in the shard, committed once the HW passes them.
+    assert_eq!(p.log.lock().len(), 1);
+    rt.on_high_watermark(&tp(), 1);
+    assert_eq!(committed(&rt, "a").await, Some(1));
+    // Zero: no limit.
+    rt.set_write_timeout(Duration::ZERO);
+    let rt3 = rt.clone();
+    let waiting = tokio::spawn(async move { increment(&rt3, "a").await });
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(!waiting.is_finished());
+    rt.on_high_watermark(&tp(), 2);
+    assert_eq!(waiting.await.unwrap(), Ok(2));
+}

@@ -39,7 +39,10 @@ fn consume_and_commit(broker: &Broker, group: &str, protocol: &[(&str, &str)]) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut seen = 0;
     while seen < RECORDS {
-        assert!(Instant::now() < deadline, "{group}: saw {seen} of {RECORDS}");
+        assert!(
+            Instant::now() < deadline,
+            "{group}: saw {seen} of {RECORDS}"
+        );
         if let Some(m) = c.poll(Duration::from_millis(200)) {
             let m = m.expect("consume");
             assert!(m.payload().is_some());
@@ -60,8 +63,7 @@ fn offsets_segments(data: &Path) -> Vec<PathBuf> {
         }
         for f in std::fs::read_dir(e.path()).unwrap().flatten() {
             let p = f.path();
-            if p.extension().is_some_and(|x| x == "log")
-                && std::fs::metadata(&p).unwrap().len() > 0
+            if p.extension().is_some_and(|x| x == "log") && std::fs::metadata(&p).unwrap().len() > 0
             {
                 files.push(p);
             }
@@ -119,7 +121,11 @@ fn a_broker_written_offsets_topic_prints_what_kafka_prints() {
         ]));
         for l in ours.lines().filter(|l| l.contains(" key: ")) {
             // The record type of each line: `key: {"type":"N",...`.
-            if let Some(t) = l.split("\"type\":\"").nth(1).and_then(|r| r.split('"').next()) {
+            if let Some(t) = l
+                .split("\"type\":\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+            {
                 kinds.push(t.to_string());
             }
         }
@@ -132,8 +138,11 @@ fn a_broker_written_offsets_topic_prints_what_kafka_prints() {
             continue;
         }
         let theirs = dump(
-            Command::new(repo_root().join("scripts/kafka-dump-log.sh"))
-                .args(["--offsets-decoder", "--files", file]),
+            Command::new(repo_root().join("scripts/kafka-dump-log.sh")).args([
+                "--offsets-decoder",
+                "--files",
+                file,
+            ]),
         );
         assert_eq!(ours, theirs, "strom vs Kafka 4.4 on {file}");
         eprintln!(
@@ -146,6 +155,9 @@ fn a_broker_written_offsets_topic_prints_what_kafka_prints() {
     kinds.sort();
     kinds.dedup();
     for want in ["1", "2", "3"] {
-        assert!(kinds.iter().any(|k| k == want), "record types seen: {kinds:?}");
+        assert!(
+            kinds.iter().any(|k| k == want),
+            "record types seen: {kinds:?}"
+        );
     }
 }

@@ -10,6 +10,7 @@
 //! [`GroupCoordinatorService::on_new_metadata`] when topics change.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::RwLock;
 use strom_coordinator_common::runtime::{
@@ -66,6 +67,10 @@ impl GroupCoordinatorService {
         let runtime = CoordinatorRuntime::with_clock(writer, loader, clock, move |ctx| {
             GroupCoordinatorShard::new(ctx, c.clone(), m.clone())
         });
+        // Kafka's GroupCoordinatorService gives every write this timeout.
+        runtime.set_write_timeout(Duration::from_millis(
+            u64::try_from(config.offsets_commit_timeout_ms).unwrap_or(0),
+        ));
         Arc::new(Self {
             config,
             runtime,
