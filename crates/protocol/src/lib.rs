@@ -4,6 +4,8 @@
 //! - [`batch`]: a zero-copy view of RecordBatch v2 headers (the only part of a batch the broker
 //!   reads on the hot path), CRC32C validation and in-place offset/epoch patching.
 //! - [`ErrorCode`]: Kafka's numeric error codes.
+//! - [`memory_records`]: a batch built from records, for the broker's own writers (the
+//!   coordinators), as Kafka's `MemoryRecords.withRecords`.
 //! - [`records`]: encoding and decoding individual records, for clients and tools only (never on
 //!   the broker's hot path).
 //!
@@ -13,6 +15,7 @@
 pub mod batch;
 pub mod frame;
 pub mod java;
+pub mod memory_records;
 pub mod testing;
 
 pub use kafka_protocol as kafka;

@@ -227,6 +227,10 @@ fn member(bootstrap: &str, group: &str, protocol: &str, topic: &str, until: usiz
     c
 }
 
+/// The two comparisons run one after the other: each starts JVMs (Kafka's tool per case, and
+/// a Kafka broker), and together on two cores Kafka's start-up can exceed its wait.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Whether Kafka's tool can run here; without it the tests fail under `CI` and skip otherwise.
 fn oracle_or_skip() -> bool {
     if let Err(why) = oracle_available() {
@@ -243,6 +247,7 @@ fn oracle_or_skip() -> bool {
 /// needs, and `strom groups` must print what that tool prints.
 #[test]
 fn groups_tool_matches_kafka_consumer_groups_on_strom() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if !oracle_or_skip() {
         return;
     }
@@ -254,6 +259,7 @@ fn groups_tool_matches_kafka_consumer_groups_on_strom() {
 /// against the reference broker, so a difference is the tool's and not the broker's.
 #[test]
 fn groups_tool_matches_kafka_consumer_groups_on_kafka() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if !oracle_or_skip() {
         return;
     }

@@ -82,10 +82,7 @@ impl PartitionWriter for CoordinatorPartitions {
             });
         }
         let now = crate::now_ms();
-        let batch = strom_protocol::testing::plain_batch(
-            records.iter().map(|(k, v)| (Some(k.clone()), v.clone())),
-            now,
-        );
+        let batch = strom_protocol::memory_records::with_records(records, now);
         let info = partition
             .append_records_to_leader(&batch, AppendOrigin::Coordinator, -1, leader_epoch, now)
             .map_err(|e| self.refused(&partition, e))?;
