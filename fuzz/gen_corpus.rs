@@ -1,5 +1,9 @@
 //! Writes small valid seeds into `fuzz/seeds/<target>/` (run from `fuzz/`:
 //! `cargo run --bin gen_corpus`). The seeds are committed; re-running is idempotent.
+//!
+//! `offsets_load` seeds come from real `__consumer_offsets` segments, written by a broker
+//! that served consumer groups: `cargo run --bin gen_corpus -- SEGMENT.log ...` turns each
+//! segment's records into one seed in the target's input format.
 
 use std::path::Path;
 
@@ -9,7 +13,8 @@ use strom_protocol::batch::{set_base_offset, BatchView};
 use strom_protocol::kafka::messages::*;
 use strom_protocol::kafka::protocol::{Encodable, StrBytes};
 use strom_protocol::kafka::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+    TimestampType,
 };
 
 fn batch(n: usize, compression: Compression, producer_id: i64) -> Vec<u8> {
@@ -203,8 +208,48 @@ fn part(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
+/// A segment's records as `offsets_load` reads its input: u16 key length, key, u16 value
+/// length (0xFFFF for a tombstone), value.
+fn offsets_seed(segment: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = bytes::Bytes::copy_from_slice(segment);
+    while let Ok(size) = strom_protocol::batch::peek_batch_size(&buf) {
+        if size > buf.len() {
+            break;
+        }
+        let mut batch = buf.split_to(size);
+        let control = BatchView::parse(&batch).map(|v| v.is_control()).unwrap_or(true);
+        if control {
+            continue;
+        }
+        let Ok(set) = RecordBatchDecoder::decode(&mut batch) else {
+            break;
+        };
+        for r in set.records {
+            let Some(key) = r.key else { continue };
+            part(&mut out, &key);
+            match r.value {
+                Some(v) => part(&mut out, &v),
+                None => out.extend_from_slice(&u16::MAX.to_be_bytes()),
+            }
+        }
+    }
+    out
+}
+
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds");
+
+    let segments: Vec<String> = std::env::args().skip(1).collect();
+    if !segments.is_empty() {
+        let dir = root.join("offsets_load");
+        for (i, path) in segments.iter().enumerate() {
+            let seed = offsets_seed(&std::fs::read(path).expect("read segment"));
+            write(&dir, &format!("broker-segment-{i}"), &seed);
+        }
+        println!("offsets_load seeds written under {}", dir.display());
+        return;
+    }
 
     let dir = root.join("frame_and_header");
     for e in REGISTRY {
