@@ -12,9 +12,9 @@
 //! consumer-protocol member leaves (downgrade). An empty group of the other kind is replaced.
 //!
 //! Not done: the downgrade Kafka does when a classic static member replaces the last
-//! consumer-protocol static member (`validateOnlineDowngradeWithReplacedMember`), and the
-//! classic members' JoinGroup answer without a record append (Kafka completes it when earlier
-//! writes commit; here the write appends the member's records or nothing).
+//! consumer-protocol static member (`validateOnlineDowngradeWithReplacedMember`); the classic
+//! group a downgrade makes lists its members in the consumer group's (sorted) order, not in
+//! Java's `HashMap` order, so its leader may differ from Kafka's.
 
 pub mod classic_members;
 pub mod classic_protocol;

@@ -133,10 +133,7 @@ impl GroupCoordinatorService {
         let r = self
             .write_classic(&group_id, move |shard, at| {
                 let gid = params.group_id.clone();
-                let consumer_empty = match shard.consumer.group(&gid) {
-                    None => None,
-                    Some(g) => Some(g.members.is_empty()),
-                };
+                let consumer_empty = shard.consumer.group(&gid).map(|g| g.members.is_empty());
                 match consumer_empty {
                     Some(false) => join_to_consumer_group(shard, params, tx),
                     Some(true) if params.member_id.is_empty() => {
