@@ -246,6 +246,27 @@ impl Fx {
         r.groups.into_iter().next().unwrap()
     }
 
+    /// An OffsetCommit v8 (no member epoch in the protocol, as classic clients send) of
+    /// partition 0: its error code.
+    async fn commit(&self, member_id: &str, generation: i32) -> i16 {
+        let req = OffsetCommitRequest::default()
+            .with_group_id(sb(GROUP).into())
+            .with_generation_id_or_member_epoch(generation)
+            .with_member_id(sb(member_id))
+            .with_retention_time_ms(-1)
+            .with_topics(vec![
+                offset_commit_request::OffsetCommitRequestTopic::default()
+                    .with_name(TopicName(sb(TOPIC)))
+                    .with_partitions(vec![
+                        offset_commit_request::OffsetCommitRequestPartition::default()
+                            .with_partition_index(0)
+                            .with_committed_offset(1),
+                    ]),
+            ]);
+        let r = self.svc.offset_commit(&ctx(8), req).await;
+        r.topics[0].partitions[0].error_code
+    }
+
     fn records(&self) -> Vec<CoordinatorRecord> {
         let tp = (
             GROUP_METADATA_TOPIC_NAME.to_string(),
@@ -350,6 +371,18 @@ async fn upgrade_mixed_members_then_downgrade() {
     assert_eq!(decode(&s.assignment), kept);
     assert_eq!(f.heartbeat(&c1, j.generation_id).await, 0);
     let classic_gen = j.generation_id;
+    // A classic member commits with its generation (any OffsetCommit version); a stale one
+    // gets what classic clients understand.
+    assert_eq!(f.commit(&c1, classic_gen).await, 0);
+    assert_eq!(
+        f.commit(&c1, classic_gen - 1).await,
+        ErrorCode::IllegalGeneration.code()
+    );
+    assert_eq!(
+        f.commit("k1", r.member_epoch).await,
+        ErrorCode::UnsupportedVersion.code(),
+        "a consumer-protocol member must use OffsetCommit v9+"
+    );
 
     // The consumer-protocol member now gets the released half.
     let r = f.consumer_hb("k1", r.member_epoch, &BTreeSet::new()).await;

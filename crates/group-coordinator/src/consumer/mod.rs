@@ -114,14 +114,13 @@ impl ConsumerGroups {
             .members
             .get(auth.member_id)
             .ok_or(ErrorCode::UnknownMemberId)?;
-        // Consumer-protocol members commit with OffsetCommit v9+ (it carries the epoch).
-        if !auth.transactional && auth.api_version < 9 {
+        // Consumer-protocol members commit with OffsetCommit v9+ (it carries the epoch);
+        // classic members with any version, their generation being their member epoch.
+        let classic = member.uses_classic_protocol();
+        if !auth.transactional && !classic && auth.api_version < 9 {
             return Err(ErrorCode::UnsupportedVersion);
         }
-        if auth.generation_id_or_member_epoch != member.member_epoch {
-            return Err(ErrorCode::StaleMemberEpoch);
-        }
-        Ok(())
+        check_member_epoch(auth.generation_id_or_member_epoch, member)
     }
 
     /// Kafka's `ConsumerGroup.validateOffsetFetch`: the admin (epoch < 0) may always fetch; a
@@ -143,10 +142,7 @@ impl ConsumerGroups {
             .members
             .get(member_id.unwrap_or(""))
             .ok_or(ErrorCode::UnknownMemberId)?;
-        if member.member_epoch != member_epoch {
-            return Err(ErrorCode::StaleMemberEpoch);
-        }
-        Ok(())
+        check_member_epoch(member_epoch, member)
     }
 
     pub fn is_subscribed_to_topic(&self, group_id: &str, topic: &str) -> bool {
@@ -326,6 +322,18 @@ impl ConsumerGroups {
             all.extend(g.subscribed_topics());
         }
         all
+    }
+}
+
+/// Kafka's `validateMemberEpoch`: a classic member that is behind gets ILLEGAL_GENERATION (what
+/// its client understands), a consumer-protocol member STALE_MEMBER_EPOCH.
+fn check_member_epoch(received: i32, member: &ConsumerGroupMember) -> Result<(), ErrorCode> {
+    if received == member.member_epoch {
+        Ok(())
+    } else if member.uses_classic_protocol() {
+        Err(ErrorCode::IllegalGeneration)
+    } else {
+        Err(ErrorCode::StaleMemberEpoch)
     }
 }
 
