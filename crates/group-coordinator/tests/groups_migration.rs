@@ -576,3 +576,46 @@ async fn a_converted_group_is_rebuilt_from_its_records() {
         ErrorCode::RebalanceInProgress.code()
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_consumer_member_fenced_by_its_session_downgrades_the_group() {
+    let f = Fx::new(MigrationPolicy::Bidirectional).await;
+    let (c1, generation) = f.stable_classic().await;
+    let r = f.consumer_hb("k1", 0, &BTreeSet::new()).await;
+    assert_eq!(r.error_code, 0);
+    assert_eq!(f.listed().await.0, "consumer");
+    // The classic member keeps up (rejoining when told to, as its client does); the
+    // consumer-protocol member goes silent past its 45 s session.
+    let (mut generation, mut owned): (i32, BTreeSet<i32>) = (generation, (0..6).collect());
+    let mut downgraded = false;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let code = f.heartbeat(&c1, generation).await;
+        if f.listed().await.0 == "classic" {
+            downgraded = true;
+            break;
+        }
+        if code == ErrorCode::RebalanceInProgress.code() {
+            let j = f.join(&c1, &owned).await;
+            assert_eq!(j.error_code, 0);
+            let s = f.sync(&c1, j.generation_id, vec![]).await;
+            assert_eq!(s.error_code, 0);
+            generation = j.generation_id;
+            owned = decode(&s.assignment);
+        } else {
+            assert_eq!(code, 0);
+        }
+    }
+    assert!(downgraded, "the group was not downgraded");
+    // The classic group rebalances at the generation the consumer group had reached.
+    assert_eq!(
+        f.heartbeat(&c1, generation).await,
+        ErrorCode::RebalanceInProgress.code()
+    );
+    assert_eq!(
+        f.listed().await,
+        ("classic".into(), "PreparingRebalance".into())
+    );
+    let r = f.consumer_hb("k1", r.member_epoch, &BTreeSet::new()).await;
+    assert_eq!(r.error_code, ErrorCode::GroupIdNotFound.code());
+}
