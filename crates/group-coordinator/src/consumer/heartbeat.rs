@@ -351,6 +351,8 @@ impl ConsumerGroups {
         }
         updated.client_id = hctx.client_id.clone();
         updated.client_host = hctx.client_host.clone();
+        // A member heartbeating with the consumer protocol no longer uses the classic one.
+        updated.classic = None;
 
         // A new group must move away from epoch 0.
         let mut bump = p.scratch.group_epoch == 0;
@@ -513,8 +515,11 @@ impl ConsumerGroups {
                     .unwrap_or_else(|| ConsumerGroupMember::new(member_id))),
                 Some(e) => {
                     // Only an instance that left (epoch -2) can be taken over, even by its
-                    // own member id.
-                    if e.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH {
+                    // own member id; a classic instance can be replaced at any time (it
+                    // never sends that epoch).
+                    if !e.uses_classic_protocol()
+                        && e.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH
+                    {
                         return Err(GroupError::new(
                             ErrorCode::UnreleasedInstanceId,
                             format!(
