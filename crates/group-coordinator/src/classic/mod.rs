@@ -31,6 +31,12 @@ pub use join::JoinParams;
 pub use member::{ClassicGroupMember, Protocol};
 pub use sync::SyncParams;
 
+// What the online migration of a group (consumer/migration.rs) does to a classic group.
+pub(crate) use join::{
+    prepare_rebalance as prepare_group_rebalance,
+    reschedule_heartbeat as reschedule_member_heartbeat,
+};
+
 /// How long a new member's JoinGroup may wait before it is dropped (Kafka's
 /// `classicGroupNewMemberJoinTimeoutMs`, 5 minutes).
 pub const NEW_MEMBER_JOIN_TIMEOUT_MS: i64 = 5 * 60 * 1000;
@@ -305,7 +311,7 @@ impl ClassicGroups {
     }
 }
 
-fn tombstone(group_id: &str) -> CoordinatorRecord {
+pub(crate) fn tombstone(group_id: &str) -> CoordinatorRecord {
     CoordinatorRecord::GroupMetadata(
         GroupMetadataKey {
             group: group_id.to_string(),

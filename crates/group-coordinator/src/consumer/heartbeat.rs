@@ -150,6 +150,24 @@ pub(super) fn rebalance_timer_key(group_id: &str, member_id: &str) -> String {
     format!("rebalance-timeout-{group_id}-{member_id}")
 }
 
+/// A classic member of a consumer group must rejoin within its rebalance timeout once told to.
+pub(super) fn join_timer_key(group_id: &str, member_id: &str) -> String {
+    format!("join-{group_id}-{member_id}")
+}
+
+/// A classic member of a consumer group must send SyncGroup within its rebalance timeout.
+pub(super) fn sync_timer_key(group_id: &str, member_id: &str) -> String {
+    format!("sync-{group_id}-{member_id}")
+}
+
+/// Every timer of a member of a consumer group (Kafka's `cancelTimers`).
+pub(super) fn cancel_member_timers(env: &ShardEnv, group_id: &str, member_id: &str) {
+    env.timer.cancel(&session_timer_key(group_id, member_id));
+    env.timer.cancel(&rebalance_timer_key(group_id, member_id));
+    env.timer.cancel(&join_timer_key(group_id, member_id));
+    env.timer.cancel(&sync_timer_key(group_id, member_id));
+}
+
 /// Topic names a regex matches in the image, internal topics excluded. The whole name must
 /// match, as RE2J's `matches()`.
 pub(super) fn resolve_regex(
@@ -173,13 +191,13 @@ pub(super) fn resolve_regex(
 }
 
 /// Records being made for one group, each applied to a scratch copy as it is added.
-struct Pending {
-    scratch: ConsumerGroup,
-    records: Vec<CoordinatorRecord>,
+pub(super) struct Pending {
+    pub(super) scratch: ConsumerGroup,
+    pub(super) records: Vec<CoordinatorRecord>,
 }
 
 impl Pending {
-    fn push(&mut self, r: CoordinatorRecord) {
+    pub(super) fn push(&mut self, r: CoordinatorRecord) {
         self.scratch.apply(&r);
         self.records.push(r);
     }
@@ -235,6 +253,18 @@ impl ConsumerGroups {
         hctx: &HeartbeatContext,
         req: &ConsumerGroupHeartbeatRequest,
     ) -> Result<(Vec<CoordinatorRecord>, ConsumerGroupHeartbeatResponse), GroupError> {
+        self.heartbeat_on(env, hctx, req, None)
+    }
+
+    /// As [`Self::heartbeat`], against `base` rather than the stored group when given (the
+    /// consumer group a classic group is being converted into by this same write).
+    pub fn heartbeat_on(
+        &mut self,
+        env: &ShardEnv,
+        hctx: &HeartbeatContext,
+        req: &ConsumerGroupHeartbeatRequest,
+        base: Option<ConsumerGroup>,
+    ) -> Result<(Vec<CoordinatorRecord>, ConsumerGroupHeartbeatResponse), GroupError> {
         let group_id = req.group_id.as_str();
         if req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH
             || req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH
@@ -244,8 +274,8 @@ impl ConsumerGroups {
         let now = env.now_ms();
         let image = env.metadata();
         let create = req.member_epoch == 0;
-        let group = match self.groups.get(&group_id.to_string()) {
-            Some(g) => g.clone(),
+        let group = match base.or_else(|| self.groups.get(&group_id.to_string()).cloned()) {
+            Some(g) => g,
             None if create => ConsumerGroup::new(group_id),
             None => {
                 return Err(GroupError::new(
@@ -321,6 +351,8 @@ impl ConsumerGroups {
         }
         updated.client_id = hctx.client_id.clone();
         updated.client_host = hctx.client_host.clone();
+        // A member heartbeating with the consumer protocol no longer uses the classic one.
+        updated.classic = None;
 
         // A new group must move away from epoch 0.
         let mut bump = p.scratch.group_epoch == 0;
@@ -483,8 +515,11 @@ impl ConsumerGroups {
                     .unwrap_or_else(|| ConsumerGroupMember::new(member_id))),
                 Some(e) => {
                     // Only an instance that left (epoch -2) can be taken over, even by its
-                    // own member id.
-                    if e.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH {
+                    // own member id; a classic instance can be replaced at any time (it
+                    // never sends that epoch).
+                    if !e.uses_classic_protocol()
+                        && e.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH
+                    {
                         return Err(GroupError::new(
                             ErrorCode::UnreleasedInstanceId,
                             format!(
@@ -590,7 +625,7 @@ impl ConsumerGroups {
         Ok((records, resp))
     }
 
-    fn assignor_for(
+    pub(super) fn assignor_for(
         &self,
         env: &ShardEnv,
         preferred: Option<&str>,
@@ -680,7 +715,7 @@ impl ConsumerGroups {
 }
 
 /// The member's removal, in Kafka's order (assignment, target, then the member).
-fn remove_member_records(group_id: &str, member_id: &str) -> Vec<CoordinatorRecord> {
+pub(super) fn remove_member_records(group_id: &str, member_id: &str) -> Vec<CoordinatorRecord> {
     vec![
         current_assignment_tombstone(group_id, member_id),
         target_assignment_tombstone(group_id, member_id),
@@ -690,7 +725,11 @@ fn remove_member_records(group_id: &str, member_id: &str) -> Vec<CoordinatorReco
 
 /// Removes a member and bumps the group epoch (Kafka's `consumerGroupFenceMember`); the next
 /// heartbeat of another member computes the assignment without it.
-fn fence_records(env: &ShardEnv, group: &ConsumerGroup, member_id: &str) -> Vec<CoordinatorRecord> {
+pub(super) fn fence_records(
+    env: &ShardEnv,
+    group: &ConsumerGroup,
+    member_id: &str,
+) -> Vec<CoordinatorRecord> {
     let group_id = &group.group_id;
     let mut p = Pending {
         scratch: group.clone(),
@@ -711,19 +750,61 @@ fn fence_records(env: &ShardEnv, group: &ConsumerGroup, member_id: &str) -> Vec<
     let hash = metadata_hash(&p.scratch.subscribed_topics(), &env.metadata());
     let epoch = p.scratch.group_epoch + 1;
     p.push(group_epoch_record(group_id, epoch, hash));
-    env.timer.cancel(&session_timer_key(group_id, member_id));
-    env.timer.cancel(&rebalance_timer_key(group_id, member_id));
+    cancel_member_timers(env, group_id, member_id);
     p.records
 }
 
 pub(super) fn schedule_session_timeout(env: &ShardEnv, group_id: &str, member_id: &str) {
-    let (g, m) = (group_id.to_string(), member_id.to_string());
-    let delay = Duration::from_millis(env.config.consumer_session_timeout_ms.max(0) as u64);
-    env.timer.schedule(
+    schedule_session_timeout_ms(
+        env,
+        group_id,
+        member_id,
+        env.config.consumer_session_timeout_ms,
+    );
+}
+
+/// The member's session expires in `ms` (classic members have their own session timeout).
+pub(super) fn schedule_session_timeout_ms(
+    env: &ShardEnv,
+    group_id: &str,
+    member_id: &str,
+    ms: i32,
+) {
+    schedule_fence(
+        env,
         session_timer_key(group_id, member_id),
-        delay,
-        move |shard: &mut GroupCoordinatorShard, _ctx| {
-            let records = shard.consumer.fence_on_timeout(&shard.env, &g, &m, None);
+        ms,
+        group_id,
+        member_id,
+        None,
+    );
+}
+
+/// Fences the member when the timer under `key` fires after `ms` (if it is still the member the
+/// timer was set for, at `revoking_at_epoch` if given); the last consumer-protocol member
+/// fenced may downgrade the group.
+pub(super) fn schedule_fence(
+    env: &ShardEnv,
+    key: String,
+    ms: i32,
+    group_id: &str,
+    member_id: &str,
+    revoking_at_epoch: Option<i32>,
+) {
+    let (g, m) = (group_id.to_string(), member_id.to_string());
+    env.timer.schedule(
+        key,
+        Duration::from_millis(ms.max(0) as u64),
+        move |shard: &mut GroupCoordinatorShard, ctx| {
+            let mut records =
+                shard
+                    .consumer
+                    .fence_on_timeout(&shard.env, &g, &m, revoking_at_epoch);
+            if !records.is_empty() {
+                if let Some(r) = super::migration::maybe_downgrade(shard, ctx.offset, &g, &m) {
+                    records = r;
+                }
+            }
             Ok(TimerResult {
                 records,
                 response: None,
@@ -737,28 +818,17 @@ pub(super) fn schedule_rebalance_timeout(
     group_id: &str,
     member: &ConsumerGroupMember,
 ) {
-    let (g, m, epoch) = (
-        group_id.to_string(),
-        member.member_id.clone(),
-        member.member_epoch,
-    );
-    let delay = Duration::from_millis(member.rebalance_timeout_ms.max(0) as u64);
-    env.timer.schedule(
+    schedule_fence(
+        env,
         rebalance_timer_key(group_id, &member.member_id),
-        delay,
-        move |shard: &mut GroupCoordinatorShard, _ctx| {
-            let records = shard
-                .consumer
-                .fence_on_timeout(&shard.env, &g, &m, Some(epoch));
-            Ok(TimerResult {
-                records,
-                response: None,
-            })
-        },
+        member.rebalance_timeout_ms,
+        group_id,
+        &member.member_id,
+        Some(member.member_epoch),
     );
 }
 
-fn response_assignment(a: &MemberAssignment) -> Assignment {
+pub(super) fn response_assignment(a: &MemberAssignment) -> Assignment {
     Assignment::default().with_topic_partitions(
         a.iter()
             .map(|(t, ps)| {

@@ -7,11 +7,29 @@ use std::collections::{BTreeMap, BTreeSet};
 use uuid::Uuid;
 
 use crate::assignor::MemberAssignment;
+use crate::classic::Protocol;
 use crate::records::{
-    ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupCurrentMemberAssignmentValue,
-    ConsumerGroupMemberMetadataKey, ConsumerGroupMemberMetadataValue, CoordinatorRecord,
-    TopicPartitions,
+    ClassicMemberMetadata, ClassicProtocol, ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue, ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue, CoordinatorRecord, TopicPartitions,
 };
+
+/// What a member using the classic protocol inside a consumer group joined with (Kafka's
+/// `ClassicMemberMetadata` of the member metadata record): its session timeout and its
+/// JoinGroup protocols, in its order of preference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassicMemberInfo {
+    pub session_timeout_ms: i32,
+    pub protocols: Vec<Protocol>,
+}
+
+impl ClassicMemberInfo {
+    /// The protocol the member is answered with (its first, as Kafka's JoinGroup / SyncGroup
+    /// of a classic member in a consumer group).
+    pub fn protocol_name(&self) -> &str {
+        self.protocols.first().map_or("", |p| p.name.as_str())
+    }
+}
 
 /// Epoch a member sends to leave the group.
 pub const LEAVE_GROUP_MEMBER_EPOCH: i32 = -1;
@@ -70,6 +88,8 @@ pub struct ConsumerGroupMember {
     /// The member epoch at which each partition it holds (assigned or pending revocation)
     /// was assigned to it (Kafka 4.4's per-partition assignment epochs).
     pub assignment_epochs: BTreeMap<(Uuid, i32), i32>,
+    /// Set when the member uses the classic protocol (JoinGroup / SyncGroup / Heartbeat).
+    pub classic: Option<ClassicMemberInfo>,
 }
 
 impl ConsumerGroupMember {
@@ -92,7 +112,13 @@ impl ConsumerGroupMember {
             assigned_partitions: BTreeMap::new(),
             partitions_pending_revocation: BTreeMap::new(),
             assignment_epochs: BTreeMap::new(),
+            classic: None,
         }
+    }
+
+    /// Whether the member joined with the classic protocol.
+    pub fn uses_classic_protocol(&self) -> bool {
+        self.classic.is_some()
     }
 
     /// The epoch at which the member got the partition (its member epoch when unknown).
@@ -130,6 +156,7 @@ impl ConsumerGroupMember {
             || self.subscription_differs(other)
             || self.rebalance_timeout_ms != other.rebalance_timeout_ms
             || self.server_assignor_name != other.server_assignor_name
+            || self.classic != other.classic
     }
 
     pub fn metadata_record(&self, group_id: &str) -> CoordinatorRecord {
@@ -150,7 +177,19 @@ impl ConsumerGroupMember {
                     subscribed_topic_regex: self.subscribed_topic_regex.clone(),
                     rebalance_timeout_ms: self.rebalance_timeout_ms,
                     server_assignor: self.server_assignor_name.clone(),
-                    classic_member_metadata: None,
+                    classic_member_metadata: self.classic.as_ref().map(|c| ClassicMemberMetadata {
+                        session_timeout_ms: c.session_timeout_ms,
+                        supported_protocols: c
+                            .protocols
+                            .iter()
+                            .map(|p| ClassicProtocol {
+                                name: p.name.clone(),
+                                metadata: p.metadata.clone(),
+                                ..Default::default()
+                            })
+                            .collect(),
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 },
             )),
@@ -185,6 +224,20 @@ impl ConsumerGroupMember {
         self.subscribed_topic_regex = v.subscribed_topic_regex.clone();
         self.rebalance_timeout_ms = v.rebalance_timeout_ms;
         self.server_assignor_name = v.server_assignor.clone();
+        self.classic = v
+            .classic_member_metadata
+            .as_ref()
+            .map(|c| ClassicMemberInfo {
+                session_timeout_ms: c.session_timeout_ms,
+                protocols: c
+                    .supported_protocols
+                    .iter()
+                    .map(|p| Protocol {
+                        name: p.name.clone(),
+                        metadata: p.metadata.clone(),
+                    })
+                    .collect(),
+            });
     }
 
     /// Applies a replayed current assignment value.

@@ -5,14 +5,24 @@
 //! Each group is one value of a timeline map, replaced as each of its records is replayed, so
 //! a failed append reverts it and reads see it as of the committed offset.
 //!
-//! Not done (as in Kafka when migration is impossible): a classic group is never converted;
-//! heartbeats to a non-empty classic group get GROUP_ID_NOT_FOUND ("is not a consumer group"),
-//! an empty one is replaced.
+//! Classic and consumer-protocol members share a group as Kafka 4.4 allows it
+//! (`group.consumer.migration.policy`): [`classic_members`] serves JoinGroup / SyncGroup /
+//! Heartbeat / LeaveGroup of classic members inside a consumer group, [`migration`] converts a
+//! classic group when a consumer-protocol member joins it (upgrade) and back when the last
+//! consumer-protocol member leaves (downgrade). An empty group of the other kind is replaced.
+//!
+//! Not done: the downgrade Kafka does when a classic static member replaces the last
+//! consumer-protocol static member (`validateOnlineDowngradeWithReplacedMember`); the classic
+//! group a downgrade makes lists its members in the consumer group's (sorted) order, not in
+//! Java's `HashMap` order, so its leader may differ from Kafka's.
 
+pub mod classic_members;
+pub mod classic_protocol;
 pub mod current_assignment;
 pub mod group;
 pub mod heartbeat;
 pub mod member;
+pub mod migration;
 pub mod target_assignment;
 
 use std::collections::BTreeSet;
@@ -104,14 +114,13 @@ impl ConsumerGroups {
             .members
             .get(auth.member_id)
             .ok_or(ErrorCode::UnknownMemberId)?;
-        // Consumer-protocol members commit with OffsetCommit v9+ (it carries the epoch).
-        if !auth.transactional && auth.api_version < 9 {
+        // Consumer-protocol members commit with OffsetCommit v9+ (it carries the epoch);
+        // classic members with any version, their generation being their member epoch.
+        let classic = member.uses_classic_protocol();
+        if !auth.transactional && !classic && auth.api_version < 9 {
             return Err(ErrorCode::UnsupportedVersion);
         }
-        if auth.generation_id_or_member_epoch != member.member_epoch {
-            return Err(ErrorCode::StaleMemberEpoch);
-        }
-        Ok(())
+        check_member_epoch(auth.generation_id_or_member_epoch, member)
     }
 
     /// Kafka's `ConsumerGroup.validateOffsetFetch`: the admin (epoch < 0) may always fetch; a
@@ -133,10 +142,7 @@ impl ConsumerGroups {
             .members
             .get(member_id.unwrap_or(""))
             .ok_or(ErrorCode::UnknownMemberId)?;
-        if member.member_epoch != member_epoch {
-            return Err(ErrorCode::StaleMemberEpoch);
-        }
-        Ok(())
+        check_member_epoch(member_epoch, member)
     }
 
     pub fn is_subscribed_to_topic(&self, group_id: &str, topic: &str) -> bool {
@@ -224,7 +230,15 @@ impl ConsumerGroups {
     pub fn on_loaded(&mut self, env: &ShardEnv) {
         for (group_id, g) in self.groups.iter() {
             for m in g.members.values() {
-                heartbeat::schedule_session_timeout(env, group_id, &m.member_id);
+                match &m.classic {
+                    Some(c) => heartbeat::schedule_session_timeout_ms(
+                        env,
+                        group_id,
+                        &m.member_id,
+                        c.session_timeout_ms,
+                    ),
+                    None => heartbeat::schedule_session_timeout(env, group_id, &m.member_id),
+                }
                 if m.state == MemberState::UnrevokedPartitions {
                     heartbeat::schedule_rebalance_timeout(env, group_id, m);
                 }
@@ -285,8 +299,8 @@ impl ConsumerGroups {
                             .unwrap_or_default(),
                         image,
                     ))
-                    // 1: the member uses the consumer protocol (0 would be classic).
-                    .with_member_type(1)
+                    // 0: the member uses the classic protocol, 1: the consumer protocol.
+                    .with_member_type(if m.uses_classic_protocol() { 0 } else { 1 })
             })
             .collect();
         DescribedGroup::default()
@@ -308,6 +322,18 @@ impl ConsumerGroups {
             all.extend(g.subscribed_topics());
         }
         all
+    }
+}
+
+/// Kafka's `validateMemberEpoch`: a classic member that is behind gets ILLEGAL_GENERATION (what
+/// its client understands), a consumer-protocol member STALE_MEMBER_EPOCH.
+fn check_member_epoch(received: i32, member: &ConsumerGroupMember) -> Result<(), ErrorCode> {
+    if received == member.member_epoch {
+        Ok(())
+    } else if member.uses_classic_protocol() {
+        Err(ErrorCode::IllegalGeneration)
+    } else {
+        Err(ErrorCode::StaleMemberEpoch)
     }
 }
 

@@ -21,6 +21,7 @@ use tokio::sync::oneshot;
 use super::{GroupCoordinatorService, GroupRequestContext};
 use crate::classic::responses::{join_error, sync_error};
 use crate::classic::{JoinParams, Outcome, Protocol, SyncParams};
+use crate::consumer::classic_members::ClassicJoin;
 use crate::shard::GroupType;
 
 fn st(s: &str) -> strom_protocol::kafka::protocol::StrBytes {
@@ -34,6 +35,33 @@ type AfterSlot = Arc<Mutex<Option<AfterCommit>>>;
 fn run_after(slot: &AfterSlot, r: &Result<(), CoordinatorError>) {
     if let Some(after) = slot.lock().take() {
         after(r.clone());
+    }
+}
+
+/// JoinGroup of a classic member to a non-empty consumer group: answered once its records are
+/// committed.
+fn join_to_consumer_group(
+    shard: &mut crate::shard::GroupCoordinatorShard,
+    params: JoinParams,
+    tx: oneshot::Sender<JoinGroupResponse>,
+) -> Outcome {
+    match shard.consumer.classic_join(&shard.env, &params) {
+        Err(e) => {
+            let _ = tx.send(join_error(&params.member_id, e.code));
+            Outcome::none()
+        }
+        Ok(ClassicJoin::MemberIdRequired(id)) => {
+            let _ = tx.send(join_error(&id, ErrorCode::MemberIdRequired));
+            Outcome::none()
+        }
+        Ok(ClassicJoin::Joined { records, response }) => Outcome {
+            records,
+            after: Some(Box::new(move |r| {
+                if r.is_ok() {
+                    let _ = tx.send(response);
+                }
+            })),
+        },
     }
 }
 
@@ -104,16 +132,30 @@ impl GroupCoordinatorService {
         let (tx, mut rx) = oneshot::channel();
         let r = self
             .write_classic(&group_id, move |shard, at| {
-                if shard.group_type(&params.group_id) == Some(GroupType::Consumer) {
-                    // Classic members in a consumer-protocol group (KIP-848 migration) are not
-                    // supported by this coordinator yet.
-                    let _ = tx.send(join_error(
-                        &params.member_id,
-                        ErrorCode::InconsistentGroupProtocol,
-                    ));
-                    return Outcome::none();
+                let gid = params.group_id.clone();
+                let consumer_empty = shard.consumer.group(&gid).map(|g| g.members.is_empty());
+                match consumer_empty {
+                    Some(false) => join_to_consumer_group(shard, params, tx),
+                    Some(true) if params.member_id.is_empty() => {
+                        // An empty consumer group is replaced by the classic group this join
+                        // creates (Kafka's `maybeDeleteEmptyConsumerGroup`).
+                        let mut records = shard
+                            .consumer
+                            .deletion_records(&shard.env, &gid)
+                            .unwrap_or_default();
+                        let out = shard.classic.join(&shard.env, at, params, tx);
+                        records.extend(out.records);
+                        Outcome {
+                            records,
+                            after: out.after,
+                        }
+                    }
+                    Some(true) => {
+                        let _ = tx.send(join_error(&params.member_id, ErrorCode::UnknownMemberId));
+                        Outcome::none()
+                    }
+                    None => shard.classic.join(&shard.env, at, params, tx),
                 }
-                shard.classic.join(&shard.env, at, params, tx)
             })
             .await;
         let resp = match r {
@@ -156,7 +198,12 @@ impl GroupCoordinatorService {
         let r = self
             .write_classic(&group_id, move |shard, at| {
                 if shard.group_type(&params.group_id) == Some(GroupType::Consumer) {
-                    let _ = tx.send(sync_error(ErrorCode::UnknownMemberId));
+                    let _ = tx.send(
+                        shard
+                            .consumer
+                            .classic_sync(&shard.env, &params)
+                            .unwrap_or_else(|e| sync_error(e.code)),
+                    );
                     return Outcome::none();
                 }
                 shard.classic.sync(&shard.env, at, params, tx)
@@ -185,7 +232,13 @@ impl GroupCoordinatorService {
         let r = self
             .write(&group_id.clone(), move |shard, _ctx| {
                 let code = if shard.group_type(&group_id) == Some(GroupType::Consumer) {
-                    Err(ErrorCode::UnknownMemberId)
+                    shard.consumer.classic_heartbeat(
+                        &shard.env,
+                        &group_id,
+                        &member_id,
+                        instance_id.as_deref(),
+                        generation,
+                    )
                 } else {
                     shard.classic.heartbeat(
                         &shard.env,
@@ -239,7 +292,18 @@ impl GroupCoordinatorService {
         let r = self
             .write(&group_id.clone(), move |shard, _ctx| {
                 let res = if shard.group_type(&group_id) == Some(GroupType::Consumer) {
-                    Err(ErrorCode::UnknownMemberId)
+                    shard
+                        .consumer
+                        .classic_leave(&shard.env, &group_id, &ms)
+                        .map(|(codes, records)| {
+                            (
+                                codes,
+                                Outcome {
+                                    records,
+                                    after: None,
+                                },
+                            )
+                        })
                 } else {
                     shard.classic.leave(&shard.env, &group_id, &ms)
                 };

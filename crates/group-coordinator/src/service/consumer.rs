@@ -10,7 +10,8 @@ use strom_protocol::ErrorCode;
 
 use super::{GroupCoordinatorService, GroupRequestContext};
 use crate::consumer::heartbeat::configured_assignors;
-use crate::consumer::{validate_heartbeat, HeartbeatContext};
+use crate::consumer::member::LEAVE_GROUP_MEMBER_EPOCH;
+use crate::consumer::{migration, validate_heartbeat, HeartbeatContext};
 
 fn error_message(e: &CoordinatorError) -> Option<StrBytes> {
     match e {
@@ -38,11 +39,13 @@ impl GroupCoordinatorService {
         };
         let gid = group_id.clone();
         let r = self
-            .write(&group_id, move |shard, _wctx| {
-                // A classic group is not converted (no migration): an empty one is replaced
-                // by the consumer group a join creates, any other is refused.
+            .write(&group_id, move |shard, wctx| {
+                // A classic group: an empty one is replaced by the consumer group a join
+                // creates, a non-empty one is upgraded by a join if it can be (Kafka's
+                // `getOrMaybeCreateConsumerGroup`).
                 let mut records = Vec::new();
-                if shard.classic.contains(&gid) {
+                let mut base = None;
+                if let Some(g) = shard.classic.group(&gid) {
                     let not_consumer = || CoordinatorError::Operation {
                         code: ErrorCode::GroupIdNotFound,
                         message: format!("Group {gid} is not a consumer group."),
@@ -50,20 +53,37 @@ impl GroupCoordinatorService {
                     if req.member_epoch != 0 {
                         return Err(not_consumer());
                     }
-                    records = shard
-                        .classic
-                        .deletion_records(&shard.env, &gid)
-                        .map_err(|_| not_consumer())?;
+                    if g.is_empty() {
+                        records = shard
+                            .classic
+                            .deletion_records(&shard.env, &gid)
+                            .map_err(|_| not_consumer())?;
+                    } else {
+                        let (conversion, group) = migration::convert_to_consumer_group(shard, &gid)
+                            .map_err(|e| CoordinatorError::Operation {
+                                code: e.code,
+                                message: e.message,
+                            })?;
+                        records = conversion;
+                        base = Some(group);
+                    }
                 }
-                let (more, response) =
-                    shard
-                        .consumer
-                        .heartbeat(&shard.env, &hctx, &req)
-                        .map_err(|e| CoordinatorError::Operation {
-                            code: e.code,
-                            message: e.message,
-                        })?;
+                let (more, response) = shard
+                    .consumer
+                    .heartbeat_on(&shard.env, &hctx, &req, base)
+                    .map_err(|e| CoordinatorError::Operation {
+                    code: e.code,
+                    message: e.message,
+                })?;
                 records.extend(more);
+                if req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH {
+                    // The last consumer-protocol member leaving may downgrade the group.
+                    if let Some(r) =
+                        migration::maybe_downgrade(shard, wctx.offset, &gid, req.member_id.as_str())
+                    {
+                        records = r;
+                    }
+                }
                 Ok(WriteResult { records, response })
             })
             .await;
