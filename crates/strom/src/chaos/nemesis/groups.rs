@@ -1,0 +1,649 @@
+//! The group workload: consumer groups subscribed to the nemesis topic while the nemesis works.
+//! Each member polls, records every record it receives (with the generation or member epoch it
+//! reports), every rebalance callback and what it holds after each poll, and commits
+//! synchronously after each batch the position past the records it received (every commit's
+//! outcome recorded: acknowledged, refused, or unknown when it timed out). Members close and
+//! come back (leave + join) on a seeded schedule so that rebalances happen under faults. A
+//! sampler asks OffsetFetch for the committed offsets every half second; after the run the
+//! members close and the final committed offsets are fetched. `groups_checker` judges it all.
+//!
+//! Every client call is bounded, as in `workload`: a poll that does not return in time (a
+//! JoinGroup held by a paused coordinator beyond the rebalance timeout) drops the member
+//! without callbacks, as a crashed process would, and a new one takes its place.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use strom_client::group::{GroupConfig, GroupError, GroupProtocol, RebalanceListener};
+use strom_client::{Admin, Client, Consumer, ConsumerConfig, ErrorCode, OffsetReset};
+use strom_client::{Error as ClientError, TopicPartition};
+
+use super::groups_checker::{
+    Commit, Consumed, Event, EventKind, GroupHistory, GroupReport, Holding, Outcome, Protocol,
+    Sample,
+};
+use super::nemesis::Rng;
+use super::workload::{client_config, TOPIC};
+
+/// `--group-protocol`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupMode {
+    /// One classic group.
+    Classic,
+    /// One consumer-protocol (KIP-848) group.
+    Consumer,
+    /// Both, side by side (Strom, like Kafka without migration, keeps one protocol per group).
+    Mixed,
+}
+
+/// Bound on a poll: above the classic rebalance timeout, which a JoinGroup may take.
+const POLL_BOUND: Duration = Duration::from_secs(40);
+/// Bound on a commit (the client retries a moving coordinator within it).
+const COMMIT_BOUND: Duration = Duration::from_secs(12);
+/// Bound on a close (revoke + LeaveGroup).
+const CLOSE_BOUND: Duration = Duration::from_secs(10);
+/// Bound on one OffsetFetch round of the sampler.
+const FETCH_BOUND: Duration = Duration::from_secs(6);
+/// Consecutive poll errors after which a member is dropped and replaced.
+const MAX_POLL_ERRORS: u32 = 30;
+
+/// One group of the run.
+pub struct GroupRun {
+    pub name: String,
+    pub protocol: Protocol,
+    /// Classic: the assignor; consumer: the broker's default.
+    pub assignor: Option<String>,
+    history: Mutex<GroupHistory>,
+    members: AtomicU64,
+}
+
+impl GroupRun {
+    pub fn history(&self) -> GroupHistory {
+        let mut h = self.history.lock().unwrap().clone();
+        h.members = self.members.load(Ordering::Relaxed);
+        h
+    }
+
+    fn note(&self, e: String) {
+        self.history.lock().unwrap().first_error.get_or_insert(e);
+    }
+}
+
+/// The groups of the run, their tasks and the clock their times are on.
+pub struct Groups {
+    pub groups: Vec<Arc<GroupRun>>,
+    t0: Instant,
+    stop: Arc<AtomicBool>,
+    members: Vec<tokio::task::JoinHandle<()>>,
+    sampler: Option<tokio::task::JoinHandle<()>>,
+    bootstrap: String,
+}
+
+fn micros(t0: Instant) -> u64 {
+    t0.elapsed().as_micros() as u64
+}
+
+impl Groups {
+    /// Starts `members` members in each group of `mode` and the OffsetFetch sampler. The
+    /// classic group's assignor comes from the seed (odd: cooperative-sticky, even: range, so
+    /// eager), printed.
+    pub fn start(mode: GroupMode, members: usize, seed: u64, bootstrap: &str) -> Groups {
+        let t0 = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let classic_assignor = if seed % 2 == 1 {
+            "cooperative-sticky"
+        } else {
+            "range"
+        };
+        let mut groups = Vec::new();
+        if members > 0 {
+            if mode != GroupMode::Consumer {
+                groups.push(("nemesis-classic", Protocol::Classic));
+            }
+            if mode != GroupMode::Classic {
+                groups.push(("nemesis-consumer", Protocol::Consumer));
+            }
+        }
+        let groups: Vec<Arc<GroupRun>> = groups
+            .into_iter()
+            .map(|(name, protocol)| {
+                Arc::new(GroupRun {
+                    name: name.to_string(),
+                    protocol,
+                    assignor: (protocol == Protocol::Classic).then(|| classic_assignor.to_string()),
+                    history: Mutex::new(GroupHistory {
+                        group: name.to_string(),
+                        protocol: Some(protocol),
+                        ..Default::default()
+                    }),
+                    members: AtomicU64::new(0),
+                })
+            })
+            .collect();
+        let mut tasks = Vec::new();
+        for (gi, g) in groups.iter().enumerate() {
+            for slot in 0..members {
+                let m = Member {
+                    slot,
+                    group: g.clone(),
+                    bootstrap: bootstrap.to_string(),
+                    t0,
+                    stop: stop.clone(),
+                    rng: Rng::new(seed ^ (0x5eed_0000 + (gi as u64) * 64 + slot as u64)),
+                };
+                tasks.push(tokio::spawn(m.run()));
+            }
+        }
+        let sampler = (!groups.is_empty()).then(|| {
+            tokio::spawn(sample(
+                bootstrap.to_string(),
+                groups.clone(),
+                stop.clone(),
+                t0,
+            ))
+        });
+        Groups {
+            groups,
+            t0,
+            stop,
+            members: tasks,
+            sampler,
+            bootstrap: bootstrap.to_string(),
+        }
+    }
+
+    pub fn abort_handles(&self) -> Vec<tokio::task::AbortHandle> {
+        self.members
+            .iter()
+            .chain(self.sampler.iter())
+            .map(|h| h.abort_handle())
+            .collect()
+    }
+
+    /// Stops the members (each closes, bounded) and the sampler, then fetches the final
+    /// committed offsets of every group (bounded; a group that never answers has none, which
+    /// the checker reports against its acknowledged commits).
+    pub async fn finish(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for h in self.members.drain(..) {
+            let _ = h.await;
+        }
+        if let Some(h) = self.sampler.take() {
+            let _ = h.await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(45);
+        let mut admin: Option<Admin> = None;
+        let mut todo: Vec<Arc<GroupRun>> = self.groups.clone();
+        while !todo.is_empty() && Instant::now() < deadline {
+            let mut left = Vec::new();
+            for g in todo {
+                match fetch_round(&self.bootstrap, &mut admin, &[g.clone()], self.t0).await {
+                    Ok(mut s) if !s.is_empty() => {
+                        g.history.lock().unwrap().last = s.pop().map(|(_, s)| s);
+                    }
+                    Ok(_) => left.push(g),
+                    Err(e) => {
+                        g.note(format!("final OffsetFetch: {e:#}"));
+                        left.push(g);
+                    }
+                }
+            }
+            todo = left;
+            if !todo.is_empty() {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
+
+/// Rebalance callbacks, recorded with their time; the generation is stamped after the poll.
+struct Recorder {
+    member: String,
+    t0: Instant,
+    pending: Arc<Mutex<Vec<Event>>>,
+}
+
+impl Recorder {
+    fn push(&self, kind: EventKind, parts: &[TopicPartition]) {
+        let partitions: Vec<i32> = parts
+            .iter()
+            .filter(|tp| tp.topic == TOPIC)
+            .map(|tp| tp.partition)
+            .collect();
+        self.pending.lock().unwrap().push(Event {
+            member: self.member.clone(),
+            at: micros(self.t0),
+            kind,
+            partitions,
+            generation: -1,
+        });
+    }
+}
+
+impl RebalanceListener for Recorder {
+    fn on_partitions_revoked(&mut self, partitions: &[TopicPartition]) {
+        self.push(EventKind::Revoked, partitions);
+    }
+    fn on_partitions_assigned(&mut self, partitions: &[TopicPartition]) {
+        self.push(EventKind::Assigned, partitions);
+    }
+    fn on_partitions_lost(&mut self, partitions: &[TopicPartition]) {
+        self.push(EventKind::Lost, partitions);
+    }
+}
+
+struct Member {
+    slot: usize,
+    group: Arc<GroupRun>,
+    bootstrap: String,
+    t0: Instant,
+    stop: Arc<AtomicBool>,
+    rng: Rng,
+}
+
+/// What one incarnation of a member does with its consumer.
+struct Incarnation {
+    name: String,
+    consumer: Consumer,
+    pending: Arc<Mutex<Vec<Event>>>,
+    holding: Option<(i32, Vec<i32>)>,
+}
+
+impl Member {
+    fn config(&self) -> ConsumerConfig {
+        let classic = self.group.protocol == Protocol::Classic;
+        ConsumerConfig {
+            auto_offset_reset: OffsetReset::Earliest,
+            fetch_max_wait: Duration::from_millis(200),
+            group: GroupConfig {
+                group_id: Some(self.group.name.clone()),
+                group_protocol: if classic {
+                    GroupProtocol::Classic
+                } else {
+                    GroupProtocol::Consumer
+                },
+                session_timeout: Duration::from_secs(10),
+                heartbeat_interval: Duration::from_secs(1),
+                // The rebalance timeout: the consumer protocol's is kept well above the poll
+                // and commit bounds, so that no member is fenced for revoking slowly (the
+                // checker's handover rule relies on it).
+                max_poll_interval: Duration::from_secs(if classic { 30 } else { 60 }),
+                partition_assignment_strategy: match &self.group.assignor {
+                    Some(a) => vec![a.clone()],
+                    None => GroupConfig::default().partition_assignment_strategy,
+                },
+                enable_auto_commit: false,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    async fn run(mut self) {
+        let mut incarnation = 0u64;
+        while !self.stop.load(Ordering::Relaxed) {
+            let name = format!(
+                "{}-m{}.{incarnation}",
+                if self.group.protocol == Protocol::Classic {
+                    "classic"
+                } else {
+                    "consumer"
+                },
+                self.slot
+            );
+            incarnation += 1;
+            let Some(inc) = self.join(name).await else {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            };
+            self.group.members.fetch_add(1, Ordering::Relaxed);
+            let lifetime = self.rng.millis(8_000, 25_000);
+            let born = Instant::now();
+            self.live(inc, born, lifetime).await;
+        }
+    }
+
+    async fn join(&self, name: String) -> Option<Incarnation> {
+        let pending = Arc::new(Mutex::new(Vec::new()));
+        let made = async {
+            let client = Client::connect(client_config(&self.bootstrap, &name)).await?;
+            let mut consumer = Consumer::new(client, self.config());
+            let recorder = Recorder {
+                member: name.clone(),
+                t0: self.t0,
+                pending: pending.clone(),
+            };
+            consumer.subscribe(&[TOPIC], Some(Box::new(recorder)))?;
+            anyhow::Ok(consumer)
+        };
+        match tokio::time::timeout(Duration::from_secs(6), made).await {
+            Ok(Ok(consumer)) => Some(Incarnation {
+                name,
+                consumer,
+                pending,
+                holding: None,
+            }),
+            Ok(Err(e)) => {
+                self.group.note(format!("{name} connect: {e:#}"));
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Polls and commits until the run stops (close) or the lifetime is over (close, a new
+    /// incarnation follows); a poll that hangs drops the member unannounced.
+    async fn live(&self, mut inc: Incarnation, born: Instant, lifetime: Duration) {
+        let mut errors = 0;
+        loop {
+            if self.stop.load(Ordering::Relaxed) || born.elapsed() >= lifetime {
+                self.close(inc).await;
+                return;
+            }
+            let polled =
+                tokio::time::timeout(POLL_BOUND, inc.consumer.poll(Duration::from_millis(500)))
+                    .await;
+            let generation = self.observe(&mut inc);
+            let records = match polled {
+                Ok(Ok(r)) => {
+                    errors = 0;
+                    r
+                }
+                Ok(Err(e)) => {
+                    errors += 1;
+                    let fatal = matches!(e, ClientError::Group(GroupError::Fatal { .. }));
+                    self.group.note(format!("{} poll: {e}", inc.name));
+                    if fatal || errors >= MAX_POLL_ERRORS {
+                        self.gone(&inc.name);
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+                Err(_) => {
+                    self.group.note(format!(
+                        "{} poll: no answer in {} s; dropping the member",
+                        inc.name,
+                        POLL_BOUND.as_secs()
+                    ));
+                    self.gone(&inc.name);
+                    return;
+                }
+            };
+            if records.is_empty() {
+                continue;
+            }
+            let at = micros(self.t0);
+            let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+            {
+                let mut h = self.group.history.lock().unwrap();
+                for r in records {
+                    let e = next.entry(r.partition).or_insert(r.offset + 1);
+                    *e = (*e).max(r.offset + 1);
+                    h.consumed.push(Consumed {
+                        member: inc.name.clone(),
+                        partition: r.partition,
+                        offset: r.offset,
+                        value: String::from_utf8_lossy(r.value.as_deref().unwrap_or(&[]))
+                            .into_owned(),
+                        generation,
+                        at,
+                    });
+                }
+            }
+            self.commit(&mut inc, generation, next).await;
+        }
+    }
+
+    /// After a poll: stamps the callbacks it ran with the generation now reported, and records
+    /// what the member holds when that changed. Returns the generation.
+    fn observe(&self, inc: &mut Incarnation) -> i32 {
+        let generation = inc
+            .consumer
+            .group_metadata()
+            .map(|m| m.generation_id)
+            .unwrap_or(-1);
+        let events: Vec<Event> = std::mem::take(&mut *inc.pending.lock().unwrap());
+        let mut parts: Vec<i32> = inc
+            .consumer
+            .assignment()
+            .into_iter()
+            .filter(|(t, _)| t == TOPIC)
+            .map(|(_, p)| p)
+            .collect();
+        parts.sort_unstable();
+        let now = (generation, parts);
+        let changed = inc.holding.as_ref() != Some(&now);
+        let mut h = self.group.history.lock().unwrap();
+        for mut e in events {
+            e.generation = generation;
+            h.events.push(e);
+        }
+        if changed {
+            h.holdings.push(Holding {
+                member: inc.name.clone(),
+                at: micros(self.t0),
+                generation: now.0,
+                partitions: now.1.clone(),
+            });
+            inc.holding = Some(now);
+        }
+        generation
+    }
+
+    async fn commit(&self, inc: &mut Incarnation, generation: i32, next: BTreeMap<i32, i64>) {
+        let offsets: BTreeMap<TopicPartition, i64> = next
+            .iter()
+            .map(|(&p, &o)| (TopicPartition::new(TOPIC.to_string(), p), o))
+            .collect();
+        let sent = micros(self.t0);
+        let r = tokio::time::timeout(COMMIT_BOUND, inc.consumer.commit_sync(Some(offsets))).await;
+        let done = micros(self.t0);
+        let outcome = match &r {
+            Ok(Ok(())) => Outcome::Acked,
+            Ok(Err(e)) if refused(e) => Outcome::Failed,
+            _ => Outcome::Unknown,
+        };
+        match r {
+            Ok(Err(e)) => self.group.note(format!("{} commit: {e}", inc.name)),
+            Err(_) => self.group.note(format!(
+                "{} commit: no answer in {} s",
+                inc.name,
+                COMMIT_BOUND.as_secs()
+            )),
+            Ok(Ok(())) => {}
+        }
+        let mut h = self.group.history.lock().unwrap();
+        for (partition, offset) in next {
+            h.commits.push(Commit {
+                member: inc.name.clone(),
+                generation,
+                partition,
+                offset,
+                sent,
+                done,
+                outcome,
+            });
+        }
+    }
+
+    async fn close(&self, inc: Incarnation) {
+        let Incarnation {
+            name,
+            consumer,
+            pending,
+            holding,
+        } = inc;
+        let closed = tokio::time::timeout(CLOSE_BOUND, consumer.close()).await;
+        let mut h = self.group.history.lock().unwrap();
+        let generation = holding.as_ref().map_or(-1, |(g, _)| *g);
+        for mut e in std::mem::take(&mut *pending.lock().unwrap()) {
+            e.generation = generation;
+            h.events.push(e);
+        }
+        drop(h);
+        match closed {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                self.group.note(format!("{name} close: {e}"));
+                self.gone(&name);
+            }
+            Err(_) => self.gone(&name),
+        }
+    }
+
+    /// The member is dropped without (further) callbacks: whatever it still held ends here.
+    fn gone(&self, name: &str) {
+        self.group.history.lock().unwrap().events.push(Event {
+            member: name.to_string(),
+            at: micros(self.t0),
+            kind: EventKind::Gone,
+            partitions: Vec::new(),
+            generation: -1,
+        });
+    }
+}
+
+/// A commit the coordinator refused after validating it (nothing written), or one the client
+/// never sent; anything else (timeouts, broken connections, write errors) may still be applied.
+fn refused(e: &ClientError) -> bool {
+    match e {
+        ClientError::Group(GroupError::CommitFailed(_) | GroupError::RebalanceInProgress(_)) => {
+            true
+        }
+        _ => matches!(
+            e.code(),
+            Some(
+                ErrorCode::IllegalGeneration
+                    | ErrorCode::UnknownMemberId
+                    | ErrorCode::FencedMemberEpoch
+                    | ErrorCode::StaleMemberEpoch
+                    | ErrorCode::RebalanceInProgress
+            )
+        ),
+    }
+}
+
+/// One OffsetFetch of `groups` (one admin client, made again after a failure): the groups that
+/// answered, with their committed offsets of the topic.
+async fn fetch_round(
+    bootstrap: &str,
+    admin: &mut Option<Admin>,
+    groups: &[Arc<GroupRun>],
+    t0: Instant,
+) -> anyhow::Result<Vec<(String, Sample)>> {
+    let names: Vec<String> = groups.iter().map(|g| g.name.clone()).collect();
+    let start = micros(t0);
+    let r = tokio::time::timeout(FETCH_BOUND, async {
+        if admin.is_none() {
+            let c = Client::connect(client_config(bootstrap, "nemesis-offsets")).await?;
+            *admin = Some(Admin::new(c));
+        }
+        let a = admin.as_ref().expect("set above");
+        anyhow::Ok(a.list_group_offsets(&names).await?)
+    })
+    .await;
+    let end = micros(t0);
+    let answered = match r {
+        Ok(Ok(a)) => a,
+        Ok(Err(e)) => {
+            *admin = None;
+            return Err(e);
+        }
+        Err(_) => {
+            *admin = None;
+            anyhow::bail!("OffsetFetch: no answer in {} s", FETCH_BOUND.as_secs());
+        }
+    };
+    Ok(answered
+        .into_iter()
+        .filter_map(|(g, r)| {
+            let m = r.ok()?;
+            let offsets: BTreeMap<i32, i64> = m
+                .into_iter()
+                .filter(|((t, _), _)| t == TOPIC)
+                .filter_map(|((_, p), c)| Some((p, c?.offset)))
+                .collect();
+            Some((
+                g,
+                Sample {
+                    start,
+                    end,
+                    offsets,
+                },
+            ))
+        })
+        .collect())
+}
+
+/// The sampler: OffsetFetch of every group every half second until the run stops.
+async fn sample(bootstrap: String, groups: Vec<Arc<GroupRun>>, stop: Arc<AtomicBool>, t0: Instant) {
+    let mut admin = None;
+    while !stop.load(Ordering::Relaxed) {
+        if let Ok(samples) = fetch_round(&bootstrap, &mut admin, &groups, t0).await {
+            for (name, s) in samples {
+                if let Some(g) = groups.iter().find(|g| g.name == name) {
+                    g.history.lock().unwrap().samples.push(s);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The summary lines of one group.
+pub fn print_summary(h: &GroupHistory, r: &GroupReport) {
+    let callbacks: Vec<String> = r
+        .callbacks
+        .iter()
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect();
+    println!(
+        "  group {} ({}): {} members over the run, {} records received ({} distinct offsets), \
+         commits acked {} / refused {} / unknown {}, callbacks {}, {} {}, {} OffsetFetch samples",
+        h.group,
+        match h.protocol {
+            Some(Protocol::Classic) => "classic",
+            _ => "consumer protocol",
+        },
+        h.members,
+        h.consumed.len(),
+        r.distinct_consumed,
+        r.acked_commits,
+        r.failed_commits,
+        r.unknown_commits,
+        if callbacks.is_empty() {
+            "none".to_string()
+        } else {
+            callbacks.join(" ")
+        },
+        r.generations,
+        if h.protocol == Some(Protocol::Classic) {
+            "generations"
+        } else {
+            "member epochs"
+        },
+        h.samples.len()
+    );
+    println!(
+        "    final committed offsets {}{}",
+        if h.last.is_some() {
+            format!("{:?}", r.final_offsets)
+        } else {
+            "NOT fetched".to_string()
+        },
+        if r.excused > 0 {
+            format!(
+                "; {} offset regressions explained by late commits of unknown outcome",
+                r.excused
+            )
+        } else {
+            String::new()
+        }
+    );
+    if let Some(e) = &h.first_error {
+        println!("    first group client error: {e}");
+    }
+}
