@@ -4,8 +4,9 @@
 //! synchronously after each batch the position past the records it received (every commit's
 //! outcome recorded: acknowledged, refused, or unknown when it timed out). Members close and
 //! come back (leave + join) on a seeded schedule so that rebalances happen under faults. A
-//! sampler asks OffsetFetch for the committed offsets every half second; after the run the
-//! members close and the final committed offsets are fetched. `groups_checker` judges it all.
+//! sampler asks OffsetFetch (`require_stable`, as a consumer resuming does) for the committed
+//! offsets every half second; after the run the members close and the final committed offsets
+//! are fetched. `groups_checker` judges it all.
 //!
 //! Every client call is bounded, as in `workload`: a poll that does not return in time (a
 //! JoinGroup held by a paused coordinator beyond the rebalance timeout) drops the member
@@ -17,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use strom_client::group::{GroupConfig, GroupError, GroupProtocol, RebalanceListener};
-use strom_client::{Admin, Client, Consumer, ConsumerConfig, ErrorCode, OffsetReset};
+use strom_client::{Client, Consumer, ConsumerConfig, ErrorCode, OffsetReset};
 use strom_client::{Error as ClientError, TopicPartition};
 
 use super::groups_checker::{
@@ -79,6 +80,7 @@ pub struct Groups {
     members: Vec<tokio::task::JoinHandle<()>>,
     sampler: Option<tokio::task::JoinHandle<()>>,
     bootstrap: String,
+    partitions: i32,
 }
 
 fn micros(t0: Instant) -> u64 {
@@ -89,7 +91,13 @@ impl Groups {
     /// Starts `members` members in each group of `mode` and the OffsetFetch sampler. The
     /// classic group's assignor comes from the seed (odd: cooperative-sticky, even: range, so
     /// eager), printed.
-    pub fn start(mode: GroupMode, members: usize, seed: u64, bootstrap: &str) -> Groups {
+    pub fn start(
+        mode: GroupMode,
+        members: usize,
+        seed: u64,
+        bootstrap: &str,
+        partitions: i32,
+    ) -> Groups {
         let t0 = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
         let classic_assignor = if seed % 2 == 1 {
@@ -138,10 +146,9 @@ impl Groups {
         }
         let sampler = (!groups.is_empty()).then(|| {
             tokio::spawn(sample(
-                bootstrap.to_string(),
+                Reader::new(bootstrap, partitions, t0),
                 groups.clone(),
                 stop.clone(),
-                t0,
             ))
         });
         Groups {
@@ -151,6 +158,7 @@ impl Groups {
             members: tasks,
             sampler,
             bootstrap: bootstrap.to_string(),
+            partitions,
         }
     }
 
@@ -174,16 +182,13 @@ impl Groups {
             let _ = h.await;
         }
         let deadline = Instant::now() + Duration::from_secs(45);
-        let mut admin: Option<Admin> = None;
+        let mut reader = Reader::new(&self.bootstrap, self.partitions, self.t0);
         let mut todo: Vec<Arc<GroupRun>> = self.groups.clone();
         while !todo.is_empty() && Instant::now() < deadline {
             let mut left = Vec::new();
             for g in todo {
-                match fetch_round(&self.bootstrap, &mut admin, &[g.clone()], self.t0).await {
-                    Ok(mut s) if !s.is_empty() => {
-                        g.history.lock().unwrap().last = s.pop().map(|(_, s)| s);
-                    }
-                    Ok(_) => left.push(g),
+                match reader.fetch(&g.name).await {
+                    Ok(s) => g.history.lock().unwrap().last = Some(s),
                     Err(e) => {
                         g.note(format!("final OffsetFetch: {e:#}"));
                         left.push(g);
@@ -526,67 +531,87 @@ fn refused(e: &ClientError) -> bool {
     }
 }
 
-/// One OffsetFetch of `groups` (one admin client, made again after a failure): the groups that
-/// answered, with their committed offsets of the topic.
-async fn fetch_round(
-    bootstrap: &str,
-    admin: &mut Option<Admin>,
-    groups: &[Arc<GroupRun>],
+/// Reads a group's committed offsets: a consumer with the group's id that never joins it,
+/// asking OffsetFetch with `require_stable` as a consumer resuming its partitions does (Kafka
+/// answers that from the coordinator's latest state once it is committed; without it the
+/// answer is the state as of the partition's high watermark, which a new or restarted leader
+/// may still have behind what was already acknowledged).
+struct Reader {
+    bootstrap: String,
+    partitions: i32,
     t0: Instant,
-) -> anyhow::Result<Vec<(String, Sample)>> {
-    let names: Vec<String> = groups.iter().map(|g| g.name.clone()).collect();
-    let start = micros(t0);
-    let r = tokio::time::timeout(FETCH_BOUND, async {
-        if admin.is_none() {
-            let c = Client::connect(client_config(bootstrap, "nemesis-offsets")).await?;
-            *admin = Some(Admin::new(c));
+    consumers: BTreeMap<String, Consumer>,
+}
+
+impl Reader {
+    fn new(bootstrap: &str, partitions: i32, t0: Instant) -> Reader {
+        Reader {
+            bootstrap: bootstrap.to_string(),
+            partitions,
+            t0,
+            consumers: BTreeMap::new(),
         }
-        let a = admin.as_ref().expect("set above");
-        anyhow::Ok(a.list_group_offsets(&names).await?)
-    })
-    .await;
-    let end = micros(t0);
-    let answered = match r {
-        Ok(Ok(a)) => a,
-        Ok(Err(e)) => {
-            *admin = None;
-            return Err(e);
-        }
-        Err(_) => {
-            *admin = None;
-            anyhow::bail!("OffsetFetch: no answer in {} s", FETCH_BOUND.as_secs());
-        }
-    };
-    Ok(answered
-        .into_iter()
-        .filter_map(|(g, r)| {
-            let m = r.ok()?;
-            let offsets: BTreeMap<i32, i64> = m
-                .into_iter()
-                .filter(|((t, _), _)| t == TOPIC)
-                .filter_map(|((_, p), c)| Some((p, c?.offset)))
-                .collect();
-            Some((
-                g,
-                Sample {
-                    start,
-                    end,
-                    offsets,
-                },
-            ))
+    }
+
+    /// One OffsetFetch of `group` (bounded; the consumer is made again after a failure).
+    async fn fetch(&mut self, group: &str) -> anyhow::Result<Sample> {
+        let start = micros(self.t0);
+        let tps: Vec<TopicPartition> = (0..self.partitions)
+            .map(|p| TopicPartition::new(TOPIC.to_string(), p))
+            .collect();
+        let mut consumer = match self.consumers.remove(group) {
+            Some(c) => c,
+            None => {
+                let made = async {
+                    let c = Client::connect(client_config(
+                        &self.bootstrap,
+                        &format!("nemesis-offsets-{group}"),
+                    ))
+                    .await?;
+                    let config = ConsumerConfig {
+                        group: GroupConfig {
+                            group_id: Some(group.to_string()),
+                            enable_auto_commit: false,
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    };
+                    anyhow::Ok(Consumer::new(c, config))
+                };
+                tokio::time::timeout(FETCH_BOUND, made)
+                    .await
+                    .map_err(|_| {
+                        anyhow::anyhow!("connect: no answer in {} s", FETCH_BOUND.as_secs())
+                    })??
+            }
+        };
+        let r = tokio::time::timeout(FETCH_BOUND, consumer.committed(&tps)).await;
+        let end = micros(self.t0);
+        let committed = match r {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => anyhow::bail!("OffsetFetch: {e}"),
+            Err(_) => anyhow::bail!("OffsetFetch: no answer in {} s", FETCH_BOUND.as_secs()),
+        };
+        self.consumers.insert(group.to_string(), consumer);
+        let offsets = committed
+            .into_iter()
+            .filter_map(|(tp, o)| Some((tp.partition, o?)))
+            .collect();
+        Ok(Sample {
+            start,
+            end,
+            offsets,
         })
-        .collect())
+    }
 }
 
 /// The sampler: OffsetFetch of every group every half second until the run stops.
-async fn sample(bootstrap: String, groups: Vec<Arc<GroupRun>>, stop: Arc<AtomicBool>, t0: Instant) {
-    let mut admin = None;
+async fn sample(reader: Reader, groups: Vec<Arc<GroupRun>>, stop: Arc<AtomicBool>) {
+    let mut reader = reader;
     while !stop.load(Ordering::Relaxed) {
-        if let Ok(samples) = fetch_round(&bootstrap, &mut admin, &groups, t0).await {
-            for (name, s) in samples {
-                if let Some(g) = groups.iter().find(|g| g.name == name) {
-                    g.history.lock().unwrap().samples.push(s);
-                }
+        for g in &groups {
+            if let Ok(s) = reader.fetch(&g.name).await {
+                g.history.lock().unwrap().samples.push(s);
             }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

@@ -11,7 +11,11 @@
 //!   offset (or the earliest one) and commit only positions past records they received, so a
 //!   gap is a record the group never processed.
 //! - **offset lost**: an OffsetFetch that began after a commit was acknowledged answers at
-//!   least that commit's offset for its partition.
+//!   least that commit's offset for its partition. The fetches ask with `require_stable`, as a
+//!   consumer resuming a partition does: that answer comes from the coordinator's latest state
+//!   once it is committed. Without it Kafka answers from the state as of the partition's high
+//!   watermark, which a newly elected (or restarted) leader may still have below records the
+//!   previous leader had committed, so older offsets may show for a moment: not a guarantee.
 //! - **offset backwards**: per partition, the committed offset OffsetFetch answers never
 //!   decreases from one sample to a later one, and no acknowledged commit is lower than one
 //!   acknowledged before it was sent. The one legitimate way the stored offset can go down is

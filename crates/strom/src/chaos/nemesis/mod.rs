@@ -1,12 +1,16 @@
 //! `strom chaos nemesis`: a Jepsen-style run. A 3-node cluster (optionally each node in its own
 //! network namespace, `--net`), idempotent producers and tailing consumers, and a seeded
 //! nemesis killing, pausing and restarting nodes (and with `--net` cutting links), one fault at
-//! a time. At the end everything is healed and checked: acknowledged records present exactly
-//! once, in order, at their acked offsets; nothing consumers saw vanished; replicas agree
-//! below the high watermark; all acked records readable and the ISR full again within 60 s.
+//! a time, while consumer groups (classic and KIP-848) consume and commit. At the end
+//! everything is healed and checked: acknowledged records present exactly once, in order, at
+//! their acked offsets; nothing consumers saw vanished; replicas agree below the high
+//! watermark; all acked records readable and the ISR full again within 60 s; no group skipped
+//! a record, lost or moved back a committed offset, or had a partition owned twice.
 //!
 //! This module owns the arguments and the run's phases; the parts are in `workload` (clients),
-//! `nemesis` (faults), `checker` (properties over histories), `replicas` (log agreement) and
+//! `groups` (the group members and the OffsetFetch sampler), `groups_checker` (properties of
+//! the groups' histories), `nemesis` (faults), `checker` (properties over histories),
+//! `replicas` (log agreement) and
 //! `netns` (the test network); `unclean` is the known-unsafe scripted scenario of
 //! `--unsafe-unclean`, which must end in reported loss.
 
@@ -225,13 +229,20 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         )));
     }
     let mut groups = if unsafe_mode {
-        groups::Groups::start(args.group_protocol, 0, seed, &probe.bootstrap)
+        groups::Groups::start(
+            args.group_protocol,
+            0,
+            seed,
+            &probe.bootstrap,
+            args.partitions,
+        )
     } else {
         groups::Groups::start(
             args.group_protocol,
             args.group_consumers,
             seed,
             &probe.bootstrap,
+            args.partitions,
         )
     };
     for g in &groups.groups {
