@@ -189,8 +189,11 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         "unclean.leader.election.enable=false".to_string(),
         "min.insync.replicas=2".to_string(),
         // Group sessions short enough that a member dropped unannounced leaves within the
-        // run; an initial rebalance delay that does not dominate it.
+        // run; an initial rebalance delay that does not dominate it; a few offsets partitions
+        // rather than Kafka's 50, so that after a fault the ISRs the nemesis waits for are not
+        // queued behind 150 replicas of a topic two groups use.
         "group.initial.rebalance.delay.ms=500".to_string(),
+        "offsets.topic.num.partitions=5".to_string(),
         "group.consumer.session.timeout.ms=10000".to_string(),
         "group.consumer.min.session.timeout.ms=6000".to_string(),
         "group.consumer.heartbeat.interval.ms=1000".to_string(),
