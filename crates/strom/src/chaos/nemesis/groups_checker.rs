@@ -35,7 +35,13 @@
 //!     when an ownership interval ended by a revocation (not by a loss, or by the member being
 //!     dropped unannounced), no other member's interval of that partition may start inside it.
 //!     (The workload polls well within the rebalance timeout, so a member is never fenced for
-//!     being slow to revoke.)
+//!     being slow to revoke.) Known edge, reported as a violation on purpose: the coordinator
+//!     (Strom's as Kafka's `CurrentAssignmentBuilder`) also releases a partition when the
+//!     member's heartbeat lists its owned partitions without it; a member whose poll was held
+//!     up (a commit waiting for a restarted coordinator) can send such a heartbeat before it
+//!     reconciles an assignment that added the partition, then take the partition from that
+//!     stale target for one poll while the new owner has it: real double consumption, seen once
+//!     (seed 7, no `--net`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
