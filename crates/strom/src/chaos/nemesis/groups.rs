@@ -21,9 +21,11 @@ use strom_client::group::{GroupConfig, GroupError, GroupProtocol, RebalanceListe
 use strom_client::{Client, Consumer, ConsumerConfig, ErrorCode, OffsetReset};
 use strom_client::{Error as ClientError, TopicPartition};
 
+use strom_group_coordinator::records::CoordinatorRecord;
+
 use super::groups_checker::{
-    Commit, Consumed, Event, EventKind, GroupHistory, GroupReport, Holding, Outcome, Protocol,
-    Sample,
+    Commit, Consumed, CoordinatorAssignment, Event, EventKind, GroupHistory, GroupReport, Holding,
+    Outcome, Protocol, Sample,
 };
 use super::nemesis::Rng;
 use super::workload::{client_config, TOPIC};
@@ -200,7 +202,107 @@ impl Groups {
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }
+        for g in self
+            .groups
+            .iter()
+            .filter(|g| g.protocol == Protocol::Consumer)
+        {
+            match tokio::time::timeout(
+                Duration::from_secs(45),
+                coordinator_records(&self.bootstrap, &g.name),
+            )
+            .await
+            {
+                Ok(Ok(records)) => g.history.lock().unwrap().coordinator = Some(records),
+                Ok(Err(e)) => g.note(format!("reading the coordinator's records: {e:#}")),
+                Err(_) => g.note("reading the coordinator's records: timed out after 45 s".into()),
+            }
+        }
     }
+}
+
+/// The group's `ConsumerGroupCurrentMemberAssignment` records, read from its
+/// `__consumer_offsets` partition up to the high watermark.
+async fn coordinator_records(
+    bootstrap: &str,
+    group: &str,
+) -> anyhow::Result<Vec<CoordinatorAssignment>> {
+    const OFFSETS_TOPIC: &str = "__consumer_offsets";
+    let client = Client::connect(client_config(bootstrap, "nemesis-coordinator-records")).await?;
+    let partitions = client.topic_metadata(OFFSETS_TOPIC).await?.partitions.len() as i32;
+    anyhow::ensure!(partitions > 0, "{OFFSETS_TOPIC} has no partitions");
+    let p = strom_group_coordinator::topic::partition_for(group, partitions);
+    let config = ConsumerConfig {
+        auto_offset_reset: OffsetReset::Earliest,
+        fetch_max_wait: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let mut consumer = Consumer::new(client, config);
+    consumer.assign(OFFSETS_TOPIC, Some(&[p])).await?;
+    consumer.seek_to_beginning(OFFSETS_TOPIC, None);
+    let end = consumer
+        .list_offsets(
+            OFFSETS_TOPIC,
+            &[p],
+            strom_client::consumer::LATEST_TIMESTAMP,
+        )
+        .await?
+        .get(&p)
+        .copied()
+        .unwrap_or(0);
+    let mut out: Vec<CoordinatorAssignment> = Vec::new();
+    let mut names: std::collections::HashMap<String, String> = Default::default();
+    let mut next = 0;
+    while next < end {
+        for r in consumer.poll(Duration::from_millis(500)).await? {
+            if r.offset >= end {
+                continue;
+            }
+            next = next.max(r.offset + 1);
+            let Some(key) = r.key.as_deref() else {
+                continue;
+            };
+            let (k, v) = match CoordinatorRecord::decode(key, r.value.as_deref()) {
+                Ok(CoordinatorRecord::ConsumerGroupCurrentMemberAssignment(k, v)) => (k, v),
+                // The client id is the workload's member name: shown with the member id.
+                Ok(CoordinatorRecord::ConsumerGroupMemberMetadata(k, Some((_, v))))
+                    if k.group_id == group =>
+                {
+                    names.insert(k.member_id, v.client_id);
+                    continue;
+                }
+                _ => continue,
+            };
+            if k.group_id != group {
+                continue;
+            }
+            let (epoch, held) = match v {
+                Some((_, v)) => (
+                    v.member_epoch,
+                    Some(
+                        v.assigned_partitions
+                            .iter()
+                            .chain(v.partitions_pending_revocation.iter())
+                            .flat_map(|t| t.partitions.iter().map(|&p| (t.topic_id.to_string(), p)))
+                            .collect(),
+                    ),
+                ),
+                None => (-1, None),
+            };
+            out.push(CoordinatorAssignment {
+                offset: r.offset,
+                member: k.member_id,
+                epoch,
+                held,
+            });
+        }
+    }
+    for c in &mut out {
+        if let Some(n) = names.get(&c.member) {
+            c.member = format!("{n} ({})", c.member);
+        }
+    }
+    Ok(out)
 }
 
 /// Rebalance callbacks, recorded with their time; the generation is stamped after the poll.
@@ -668,6 +770,23 @@ pub fn print_summary(h: &GroupHistory, r: &GroupReport) {
             String::new()
         }
     );
+    if h.protocol == Some(Protocol::Consumer) {
+        println!(
+            "    coordinator: {} member assignment records replayed{}; clients' view: {} \
+             overlaps (a member assigned a partition before the previous owner revoked it; \
+             counted, not a violation)",
+            r.coordinator_records,
+            if h.coordinator.is_none() {
+                " (NOT read)"
+            } else {
+                ""
+            },
+            r.client_overlaps.len()
+        );
+        for o in r.client_overlaps.iter().take(3) {
+            println!("      {o}");
+        }
+    }
     if let Some(e) = &h.first_error {
         println!("    first group client error: {e}");
     }

@@ -29,19 +29,22 @@
 //!     partition to one member. Two member instances holding one partition in the same
 //!     generation (as seen after any poll, the generation the member reported then) is a
 //!     violation, whatever the times. Generation -1 (reset, rejoining) holds nothing.
-//!   - consumer protocol (KIP-848): member epochs are per member, so the rule is the handover:
-//!     the coordinator gives a partition to a new member only after its previous owner
-//!     acknowledged the revocation (sent after the revocation callback ran) or was fenced. So
-//!     when an ownership interval ended by a revocation (not by a loss, or by the member being
-//!     dropped unannounced), no other member's interval of that partition may start inside it.
-//!     (The workload polls well within the rebalance timeout, so a member is never fenced for
-//!     being slow to revoke.) Known edge, reported as a violation on purpose: the coordinator
-//!     (Strom's as Kafka's `CurrentAssignmentBuilder`) also releases a partition when the
-//!     member's heartbeat lists its owned partitions without it; a member whose poll was held
-//!     up (a commit waiting for a restarted coordinator) can send such a heartbeat before it
-//!     reconciles an assignment that added the partition, then take the partition from that
-//!     stale target for one poll while the new owner has it: real double consumption, seen once
-//!     (seed 7, no `--net`).
+//!   - consumer protocol (KIP-848): member epochs are per member, so the rule is the broker's
+//!     own: the coordinator gives a partition to a member only once no other member has it
+//!     assigned or pending revocation. Checked on the coordinator's records (each member's
+//!     current assignment, `ConsumerGroupCurrentMemberAssignment`, replayed in log order, read
+//!     back from `__consumer_offsets` after the run): after every record, no partition is held
+//!     (assigned or pending revocation) by two members.
+//!
+//!     The clients' view is also compared (an interval that ended by a revocation must not
+//!     contain the start of another member's interval of the partition), but only counted: it
+//!     is stronger than Kafka's guarantee. The coordinator (Strom's as Kafka's
+//!     `CurrentAssignmentBuilder`) also releases a partition when the member's heartbeat lists
+//!     its owned partitions without it, and a member whose poll was held up (a commit waiting
+//!     for a restarted coordinator) sends such a heartbeat before it reconciles an assignment
+//!     that added the partition, then takes the partition from that older target for one poll
+//!     while the new owner has it (seen once in a dozen 30 s runs; Java's membership manager
+//!     finishes a reconciliation started before an epoch change the same way).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -124,6 +127,17 @@ pub struct Sample {
     pub offsets: BTreeMap<i32, i64>,
 }
 
+/// One `ConsumerGroupCurrentMemberAssignment` record of the group, in log order: the member's
+/// assigned and pending-revocation partitions as `(topic id, partition)`, `None` for the
+/// tombstone that removes the member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoordinatorAssignment {
+    pub offset: i64,
+    pub member: String,
+    pub epoch: i32,
+    pub held: Option<Vec<(String, i32)>>,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct GroupHistory {
     pub group: String,
@@ -136,6 +150,9 @@ pub struct GroupHistory {
     pub samples: Vec<Sample>,
     /// The OffsetFetch after every member closed.
     pub last: Option<Sample>,
+    /// The coordinator's member assignments (consumer protocol), read back after the run;
+    /// `None` if they could not be read (reported).
+    pub coordinator: Option<Vec<CoordinatorAssignment>>,
     /// Members created (incarnations).
     pub members: u64,
     pub first_error: Option<String>,
@@ -259,6 +276,11 @@ pub struct GroupReport {
     pub generations: u64,
     /// Offset regressions explained by commits of unknown outcome.
     pub excused: u64,
+    /// Consumer protocol: overlaps in the clients' view (a member assigned a partition before
+    /// its previous owner revoked it), counted, not violations (see the module doc).
+    pub client_overlaps: Vec<String>,
+    /// Consumer protocol: coordinator records replayed.
+    pub coordinator_records: u64,
     pub final_offsets: BTreeMap<i32, i64>,
     pub violations: Vec<GroupViolation>,
 }
@@ -294,7 +316,10 @@ pub fn check_group(h: &GroupHistory, acked: &[Acked]) -> GroupReport {
     offsets(h, &mut r);
     match h.protocol {
         Some(Protocol::Classic) => owners_per_generation(h, &mut r),
-        Some(Protocol::Consumer) => owners_by_handover(h, &mut r),
+        Some(Protocol::Consumer) => {
+            owners_by_handover(h, &mut r);
+            owners_by_coordinator(h, &mut r);
+        }
         None => {}
     }
     let _ = g;
@@ -546,20 +571,60 @@ fn owners_by_handover(h: &GroupHistory, r: &mut GroupReport) {
                     && b.start < a.end
                     && reported.insert((*p, a.member, b.member))
                 {
-                    r.violations.push(GroupViolation::TwoOwners {
-                        group: h.group.clone(),
-                        partition: *p,
-                        members: (a.member.to_string(), b.member.to_string()),
-                        what: format!(
-                            "{} was assigned it at {:.2} s, while {} held it from {:.2} s until \
-                             it revoked it at {:.2} s",
-                            b.member,
-                            secs(b.start),
-                            a.member,
-                            secs(a.start),
-                            secs(a.end)
-                        ),
-                    });
+                    r.client_overlaps.push(format!(
+                        "partition {p}: {} was assigned it at {:.2} s, while {} held it from \
+                         {:.2} s until it revoked it at {:.2} s",
+                        b.member,
+                        secs(b.start),
+                        a.member,
+                        secs(a.start),
+                        secs(a.end)
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Replays the coordinator's member assignments: after each record no partition may be held
+/// (assigned or pending revocation) by two members.
+fn owners_by_coordinator(h: &GroupHistory, r: &mut GroupReport) {
+    let Some(records) = &h.coordinator else {
+        return;
+    };
+    let mut records: Vec<&CoordinatorAssignment> = records.iter().collect();
+    records.sort_by_key(|c| c.offset);
+    r.coordinator_records = records.len() as u64;
+    let mut held: BTreeMap<&str, (i32, &[(String, i32)])> = BTreeMap::new();
+    let mut reported = HashSet::new();
+    for c in records {
+        match &c.held {
+            Some(parts) => {
+                held.insert(c.member.as_str(), (c.epoch, parts.as_slice()));
+            }
+            None => {
+                held.remove(c.member.as_str());
+            }
+        }
+        let mut owner: HashMap<&(String, i32), (&str, i32)> = HashMap::new();
+        for (&m, &(epoch, parts)) in &held {
+            for tp in parts {
+                if let Some(&(other, other_epoch)) = owner.get(tp) {
+                    if reported.insert((tp.1, other, m)) {
+                        r.violations.push(GroupViolation::TwoOwners {
+                            group: h.group.clone(),
+                            partition: tp.1,
+                            members: (other.to_string(), m.to_string()),
+                            what: format!(
+                                "the coordinator's records at __consumer_offsets offset {}: \
+                                 assigned or pending revocation to both (member epochs \
+                                 {other_epoch} and {epoch})",
+                                c.offset
+                            ),
+                        });
+                    }
+                } else {
+                    owner.insert(tp, (m, epoch));
                 }
             }
         }

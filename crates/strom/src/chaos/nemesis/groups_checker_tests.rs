@@ -236,15 +236,60 @@ fn a_fenced_classic_member_lagging_into_the_next_generation_is_not_reported() {
 }
 
 #[test]
-fn a_consumer_protocol_handover_before_the_revocation_is_reported() {
+fn a_consumer_protocol_handover_before_the_revocation_is_counted_not_reported() {
     let (mut h, produced) = clean();
     h.protocol = Some(Protocol::Consumer);
-    // b0 assigned partition 1 at 70, but a0 revoked it only at 72.
+    // b0 assigned partition 1 at 70, but a0 revoked it only at 72 (the clients' view).
     h.events
         .retain(|e| !(e.member == "a0" && e.kind == EventKind::Revoked));
     h.events.push(event("a0", 72, EventKind::Revoked, &[1]));
     let r = check_group(&h, &produced);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!(r.client_overlaps.len(), 1, "{:?}", r.client_overlaps);
+}
+
+fn held(offset: i64, member: &str, epoch: i32, parts: Option<&[i32]>) -> CoordinatorAssignment {
+    CoordinatorAssignment {
+        offset,
+        member: member.into(),
+        epoch,
+        held: parts.map(|ps| ps.iter().map(|&p| ("t".to_string(), p)).collect()),
+    }
+}
+
+#[test]
+fn the_coordinators_handover_through_revocation_passes() {
+    let (mut h, produced) = clean();
+    h.protocol = Some(Protocol::Consumer);
+    // a0 holds 0 and 1 (1 then pending revocation), gives 1 up, then b0 gets it; a removed
+    // member (tombstone) holds nothing.
+    h.coordinator = Some(vec![
+        held(1, "a0", 1, Some(&[0, 1])),
+        held(2, "b0", 2, Some(&[])),
+        held(3, "a0", 1, Some(&[0, 1])),
+        held(4, "a0", 2, Some(&[0])),
+        held(5, "b0", 2, Some(&[1])),
+        held(6, "b0", -1, None),
+        held(7, "a0", 3, Some(&[0, 1])),
+    ]);
+    let r = check_group(&h, &produced);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!(r.coordinator_records, 7);
+}
+
+#[test]
+fn a_partition_the_coordinator_gives_while_pending_revocation_is_reported() {
+    let (mut h, produced) = clean();
+    h.protocol = Some(Protocol::Consumer);
+    // b0 gets partition 1 while a0 still holds it.
+    h.coordinator = Some(vec![
+        held(1, "a0", 1, Some(&[0, 1])),
+        held(2, "b0", 2, Some(&[1])),
+        held(3, "a0", 2, Some(&[0])),
+    ]);
+    let r = check_group(&h, &produced);
     assert_eq!(kinds(&r), vec!["group-two-owners"], "{:?}", r.violations);
+    assert!(r.violations[0].to_string().contains("offset 2"));
 }
 
 #[test]

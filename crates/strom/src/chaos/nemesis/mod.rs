@@ -482,6 +482,13 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         .collect();
     for (h, r) in &group_reports {
         groups::print_summary(h, r);
+        if h.protocol == Some(groups_checker::Protocol::Consumer) && h.coordinator.is_none() {
+            problems.push(format!(
+                "group {}: the coordinator's records could not be read, so its assignments \
+                 were not checked",
+                h.group
+            ));
+        }
     }
     let group_violations: Vec<&groups_checker::GroupViolation> = group_reports
         .iter()
