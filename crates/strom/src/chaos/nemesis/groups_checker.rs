@@ -595,7 +595,9 @@ fn owners_by_coordinator(h: &GroupHistory, r: &mut GroupReport) {
     let mut records: Vec<&CoordinatorAssignment> = records.iter().collect();
     records.sort_by_key(|c| c.offset);
     r.coordinator_records = records.len() as u64;
-    let mut held: BTreeMap<&str, (i32, &[(String, i32)])> = BTreeMap::new();
+    // member -> (epoch, partitions held as (topic id, partition))
+    type Held<'a> = (i32, &'a [(String, i32)]);
+    let mut held: BTreeMap<&str, Held> = BTreeMap::new();
     let mut reported = HashSet::new();
     for c in records {
         match &c.held {
