@@ -1,6 +1,7 @@
 //! `strom chaos nemesis`, 30 s with a fixed seed (and `--net` when the test runs as root): the
-//! run must find no violation, must have done faults and had records acknowledged, and must
-//! leave no server and (with `--net`) no network namespace behind.
+//! run must find no violation, must have done faults, had records acknowledged and group
+//! commits acknowledged (consumer groups run by default), and must leave no server and (with
+//! `--net`) no network namespace behind.
 
 mod common;
 
@@ -105,6 +106,11 @@ fn nemesis_30s() {
         "too few records acknowledged:\n{out}"
     );
     assert_eq!(field("violations"), 0, "{out}");
+    // The groups ran and committed (the checker judged them: violations above).
+    assert!(
+        field("group_commits") > 100,
+        "too few group commits acknowledged:\n{out}"
+    );
     // Shown with --nocapture.
     println!("{out}");
 }

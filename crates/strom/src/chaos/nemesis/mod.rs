@@ -1,16 +1,22 @@
 //! `strom chaos nemesis`: a Jepsen-style run. A 3-node cluster (optionally each node in its own
 //! network namespace, `--net`), idempotent producers and tailing consumers, and a seeded
 //! nemesis killing, pausing and restarting nodes (and with `--net` cutting links), one fault at
-//! a time. At the end everything is healed and checked: acknowledged records present exactly
-//! once, in order, at their acked offsets; nothing consumers saw vanished; replicas agree
-//! below the high watermark; all acked records readable and the ISR full again within 60 s.
+//! a time, while consumer groups (classic and KIP-848) consume and commit. At the end
+//! everything is healed and checked: acknowledged records present exactly once, in order, at
+//! their acked offsets; nothing consumers saw vanished; replicas agree below the high
+//! watermark; all acked records readable and the ISR full again within 60 s; no group skipped
+//! a record, lost or moved back a committed offset, or had a partition owned twice.
 //!
 //! This module owns the arguments and the run's phases; the parts are in `workload` (clients),
-//! `nemesis` (faults), `checker` (properties over histories), `replicas` (log agreement) and
+//! `groups` (the group members and the OffsetFetch sampler), `groups_checker` (properties of
+//! the groups' histories), `nemesis` (faults), `checker` (properties over histories),
+//! `replicas` (log agreement) and
 //! `netns` (the test network); `unclean` is the known-unsafe scripted scenario of
 //! `--unsafe-unclean`, which must end in reported loss.
 
 mod checker;
+mod groups;
+mod groups_checker;
 #[allow(clippy::module_inception)]
 mod nemesis;
 mod netns;
@@ -47,6 +53,12 @@ pub struct NemesisArgs {
     /// Tailing consumers.
     #[arg(long, default_value_t = 2)]
     pub consumers: usize,
+    /// Members of each consumer group subscribed to the topic (0: no groups).
+    #[arg(long, default_value_t = 3)]
+    pub group_consumers: usize,
+    /// The groups: one classic group, one consumer-protocol (KIP-848) group, or both.
+    #[arg(long, value_enum, default_value = "mixed")]
+    pub group_protocol: groups::GroupMode,
     /// Partitions of the topic (replication factor 3, min.insync.replicas 2).
     #[arg(long, default_value_t = 3)]
     pub partitions: i32,
@@ -176,6 +188,16 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         "replica.socket.timeout.ms=3000".to_string(),
         "unclean.leader.election.enable=false".to_string(),
         "min.insync.replicas=2".to_string(),
+        // Group sessions short enough that a member dropped unannounced leaves within the
+        // run; an initial rebalance delay that does not dominate it; a few offsets partitions
+        // rather than Kafka's 50, so that after a fault the ISRs the nemesis waits for are not
+        // queued behind 150 replicas of a topic two groups use.
+        "group.initial.rebalance.delay.ms=500".to_string(),
+        "offsets.topic.num.partitions=5".to_string(),
+        "group.consumer.session.timeout.ms=10000".to_string(),
+        "group.consumer.min.session.timeout.ms=6000".to_string(),
+        "group.consumer.heartbeat.interval.ms=1000".to_string(),
+        "group.consumer.min.heartbeat.interval.ms=500".to_string(),
     ];
     let placement = lab.as_ref().map(|l| l.placement()).unwrap_or_default();
     let mut cluster = LocalCluster::start_placed(&dir, NODES, &set, placement)?;
@@ -209,12 +231,46 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
             shared.clone(),
         )));
     }
+    let mut groups = if unsafe_mode {
+        groups::Groups::start(
+            args.group_protocol,
+            0,
+            seed,
+            &probe.bootstrap,
+            args.partitions,
+        )
+    } else {
+        groups::Groups::start(
+            args.group_protocol,
+            args.group_consumers,
+            seed,
+            &probe.bootstrap,
+            args.partitions,
+        )
+    };
+    for g in &groups.groups {
+        println!(
+            "[{:7.2}s] group '{}': {} members, {} protocol{}, committing after each batch",
+            start.elapsed().as_secs_f64(),
+            g.name,
+            args.group_consumers,
+            match g.protocol {
+                groups_checker::Protocol::Classic => "classic",
+                groups_checker::Protocol::Consumer => "consumer",
+            },
+            g.assignor
+                .as_ref()
+                .map(|a| format!(" with the {a} assignor"))
+                .unwrap_or_default()
+        );
+    }
     // Aborted on any early return, so that no task outlives the run.
     let _abort = AbortOnDrop(
         producers
             .iter()
             .chain(consumers.iter())
             .map(|h| h.abort_handle())
+            .chain(groups.abort_handles())
             .collect(),
     );
 
@@ -311,6 +367,7 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
     for c in consumers {
         let _ = c.await;
     }
+    groups.finish().await;
 
     // Read everything back and check the history against it.
     let final_log = if hws.is_empty() {
@@ -327,6 +384,15 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
     };
     let history = shared.history();
     let report = checker::check(&history, &final_log);
+    let group_reports: Vec<(groups_checker::GroupHistory, groups_checker::GroupReport)> = groups
+        .groups
+        .iter()
+        .map(|g| {
+            let h = g.history();
+            let r = groups_checker::check_group(&h, &history.acked);
+            (h, r)
+        })
+        .collect();
 
     // Replicas agree below the HW (the replicas of each partition: all nodes unless the
     // replication factor is lower).
@@ -414,7 +480,28 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         .iter()
         .map(|(k, n)| format!("{k}={n}"))
         .collect();
-    let total = report.violations.len() + replica_problems.len() + problems.len();
+    for (h, r) in &group_reports {
+        groups::print_summary(h, r);
+        if h.protocol == Some(groups_checker::Protocol::Consumer) && h.coordinator.is_none() {
+            problems.push(format!(
+                "group {}: the coordinator's records could not be read, so its assignments \
+                 were not checked",
+                h.group
+            ));
+        }
+    }
+    let group_violations: Vec<&groups_checker::GroupViolation> = group_reports
+        .iter()
+        .flat_map(|(_, r)| &r.violations)
+        .collect();
+    let mut counts = counts;
+    let mut group_counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    for v in &group_violations {
+        *group_counts.entry(v.kind()).or_insert(0) += 1;
+    }
+    counts.extend(group_counts.iter().map(|(k, n)| format!("{k}={n}")));
+    let total =
+        report.violations.len() + group_violations.len() + replica_problems.len() + problems.len();
     println!(
         "  violations: {total}{}",
         if counts.is_empty() {
@@ -429,12 +516,20 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
     if report.violations.len() > 10 {
         println!("    ... and {} more", report.violations.len() - 10);
     }
+    for v in group_violations.iter().take(10) {
+        println!("    {v}");
+    }
+    if group_violations.len() > 10 {
+        println!("    ... and {} more", group_violations.len() - 10);
+    }
     for p in replica_problems.iter().chain(problems.iter()) {
         println!("    {p}");
     }
     let lost = report.counts().get("lost").copied().unwrap_or(0);
+    let group_commits: u64 = group_reports.iter().map(|(_, r)| r.acked_commits).sum();
     println!(
-        "nemesis-result: actions={} acked={} violations={total} lost={lost}",
+        "nemesis-result: actions={} acked={} violations={total} lost={lost} \
+         group_commits={group_commits}",
         nem.total(),
         history.acked.len()
     );
