@@ -214,6 +214,16 @@ impl QuorumController {
         self.defaults
     }
 
+    /// How far this node has replayed the metadata log: the Raft index of the last entry
+    /// applied (the image offset on a single node); -1 before anything. The active controller
+    /// compares a broker's with its own to tell it whether it has caught up.
+    pub fn applied_offset(&self) -> i64 {
+        match &self.backend {
+            Backend::Local(_) => self.state.image().offset as i64,
+            Backend::Raft(q) => q.status().last_applied.map_or(-1, |i| i as i64),
+        }
+    }
+
     /// Whether this node is the active controller (always, on a single node).
     pub fn is_active(&self) -> bool {
         match &self.backend {

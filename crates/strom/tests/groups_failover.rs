@@ -490,6 +490,15 @@ fn committed_offsets_survive_two_coordinator_kills_on_three_nodes() {
         let now = coordinator_of(&rt, &bootstrap);
         assert_ne!(now, victim, "a new coordinator answers");
         c.restart(victim);
+        let probe = rt.block_on(workload::probe(
+            c.bootstrap(&[victim]),
+            GROUP.into(),
+            TOPIC.into(),
+            WORKLOAD_PARTITIONS,
+            Duration::from_secs(1),
+            history.clone(),
+        ));
+        eprintln!("round {round}: node {victim} right after its restart: {probe:?}");
         wait_in_isr(&c, now, victim);
         wait_both_progress(&progress, &format!("after restarting {victim}"));
     }

@@ -17,9 +17,13 @@ use strom_client::group::GroupMetadata;
 use strom_client::kafka::messages::offset_fetch_request::{
     OffsetFetchRequestGroup, OffsetFetchRequestTopics,
 };
-use strom_client::kafka::messages::{ApiKey, GroupId, OffsetFetchRequest, TopicName};
+use strom_client::kafka::messages::{
+    ApiKey, GroupId, OffsetFetchRequest, OffsetFetchResponse, TopicName,
+};
 use strom_client::kafka::protocol::StrBytes;
-use strom_client::{Client, ClientConfig, Error, ErrorCode, TopicPartition};
+use strom_client::{
+    Client, ClientConfig, Connection, ConnectionConfig, Error, ErrorCode, TopicPartition,
+};
 
 use super::checker::Event;
 
@@ -134,31 +138,31 @@ pub async fn committer(
     }
 }
 
-/// One OffsetFetch (v8+ group format, `require_stable` as Java's consumer asks) of `partitions`
-/// to the coordinator: partition -> committed offset, or the first error in the answer.
-async fn fetch_once(
-    coord: &Coordinator,
+/// An OffsetFetch (v8+ group format) of partitions `0..partitions` of `topic` for `group`.
+/// Java's consumer sets `require_stable` (the coordinator then answers once everything before
+/// the request is committed); Java's admin client does not (the coordinator reads its state at
+/// the high watermark).
+fn offset_fetch_request(
+    group: &str,
     topic: &str,
     partitions: i32,
-) -> Result<BTreeMap<i32, Option<i64>>, Error> {
-    let resp = coord
-        .send(ApiKey::OffsetFetch, |v| {
-            if v < 8 {
-                return Err(Error::Protocol(format!("OffsetFetch v{v} is below 8")));
-            }
-            let mut t = OffsetFetchRequestTopics::default();
-            t.name = TopicName(StrBytes::from_string(topic.to_string()));
-            t.partition_indexes = (0..partitions).collect();
-            let mut g = OffsetFetchRequestGroup::default();
-            g.group_id = GroupId(StrBytes::from_string(coord.group_id().to_string()));
-            g.member_epoch = -1;
-            g.topics = Some(vec![t]);
-            let mut req = OffsetFetchRequest::default();
-            req.require_stable = true;
-            req.groups = vec![g];
-            Ok(req)
-        })
-        .await?;
+    require_stable: bool,
+) -> OffsetFetchRequest {
+    let mut t = OffsetFetchRequestTopics::default();
+    t.name = TopicName(StrBytes::from_string(topic.to_string()));
+    t.partition_indexes = (0..partitions).collect();
+    let mut g = OffsetFetchRequestGroup::default();
+    g.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    g.member_epoch = -1;
+    g.topics = Some(vec![t]);
+    let mut req = OffsetFetchRequest::default();
+    req.require_stable = require_stable;
+    req.groups = vec![g];
+    req
+}
+
+/// partition -> committed offset, or the first error in the answer.
+fn offset_fetch_answer(resp: &OffsetFetchResponse) -> Result<BTreeMap<i32, Option<i64>>, Error> {
     let g = resp
         .groups
         .first()
@@ -181,6 +185,127 @@ async fn fetch_once(
     Ok(out)
 }
 
+/// One OffsetFetch to the coordinator.
+async fn fetch_once(
+    coord: &Coordinator,
+    topic: &str,
+    partitions: i32,
+) -> Result<BTreeMap<i32, Option<i64>>, Error> {
+    let resp = coord
+        .send(ApiKey::OffsetFetch, |v| {
+            if v < 8 {
+                return Err(Error::Protocol(format!("OffsetFetch v{v} is below 8")));
+            }
+            Ok(offset_fetch_request(
+                coord.group_id(),
+                topic,
+                partitions,
+                true,
+            ))
+        })
+        .await?;
+    offset_fetch_answer(&resp)
+}
+
+fn record_fetch(
+    history: &History,
+    group: &str,
+    partitions: i32,
+    answer: &Result<BTreeMap<i32, Option<i64>>, Error>,
+    started: Instant,
+    ended: Instant,
+) {
+    let mut h = history.lock().unwrap();
+    match answer {
+        Ok(m) => {
+            for p in 0..partitions {
+                h.push(Event::Fetched {
+                    group: group.to_string(),
+                    partition: p,
+                    offset: m.get(&p).copied().flatten(),
+                    started,
+                    ended,
+                });
+            }
+        }
+        Err(e) => h.push(Event::FetchFailed {
+            group: group.to_string(),
+            started,
+            ended,
+            error: e.to_string(),
+        }),
+    }
+}
+
+/// What a probe of a restarted broker saw.
+#[derive(Debug, Default)]
+pub struct Probe {
+    pub answers: usize,
+    /// Error answers by name, and connection failures.
+    pub errors: BTreeMap<String, usize>,
+}
+
+/// Sends OffsetFetch straight to the broker at `addr` (no coordinator lookup), back to back
+/// for `window`, alternately with and without `require_stable`, recording every answer. Run
+/// right after a killed broker restarts: until it has caught up with the quorum's metadata,
+/// the image replayed from its own log still names it leader of the partitions it led when it
+/// died, and it must not answer from that stale state as if it were the coordinator (it holds
+/// none of the commits made since).
+pub async fn probe(
+    addr: String,
+    group: String,
+    topic: String,
+    partitions: i32,
+    window: Duration,
+    history: History,
+) -> Probe {
+    let mut out = Probe::default();
+    let mut conn: Option<Connection> = None;
+    let until = Instant::now() + window;
+    let mut require_stable = false;
+    while Instant::now() < until {
+        require_stable = !require_stable;
+        if conn.as_ref().is_none_or(|c| c.is_closed()) {
+            let cfg = ConnectionConfig {
+                client_id: "groups-failover-probe".into(),
+                request_timeout: Duration::from_secs(5),
+                connect_timeout: Duration::from_secs(2),
+                ..Default::default()
+            };
+            conn = match Connection::connect(&addr, cfg).await {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    *out.errors.entry(format!("connect: {e}")).or_default() += 1;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+        }
+        let c = conn.as_ref().unwrap();
+        let started = Instant::now();
+        let r = match c
+            .send(
+                &offset_fetch_request(&group, &topic, partitions, require_stable),
+                8,
+            )
+            .await
+        {
+            Ok(resp) => offset_fetch_answer(&resp),
+            Err(e) => Err(e),
+        };
+        let ended = Instant::now();
+        record_fetch(&history, &group, partitions, &r, started, ended);
+        match &r {
+            Ok(_) => out.answers += 1,
+            Err(e) => {
+                let name = e.code().map_or_else(|| e.to_string(), |c| format!("{c:?}"));
+                *out.errors.entry(name).or_default() += 1;
+            }
+        }
+    }
+    out
+}
+
 /// Fetches the group's offsets in a loop until stopped, recording every answer: each attempt
 /// is its own entry (no retries hidden inside one), so its start time is exact.
 pub async fn reader(
@@ -200,21 +325,10 @@ pub async fn reader(
         let started = Instant::now();
         let r = fetch_once(&coord, &topic, partitions).await;
         let ended = Instant::now();
+        record_fetch(&history, &group, partitions, &r, started, ended);
         match r {
-            Ok(m) => {
+            Ok(_) => {
                 attempt = 0;
-                {
-                    let mut h = history.lock().unwrap();
-                    for p in 0..partitions {
-                        h.push(Event::Fetched {
-                            group: group.clone(),
-                            partition: p,
-                            offset: m.get(&p).copied().flatten(),
-                            started,
-                            ended,
-                        });
-                    }
-                }
                 progress.fetches_ok.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
@@ -222,12 +336,6 @@ pub async fn reader(
                 if e.code().is_some_and(is_coordinator_moved) {
                     coord.mark_unknown(&e.to_string());
                 }
-                history.lock().unwrap().push(Event::FetchFailed {
-                    group: group.clone(),
-                    started,
-                    ended,
-                    error: e.to_string(),
-                });
                 progress.fetches_failed.fetch_add(1, Ordering::SeqCst);
                 let retriable = e.is_retriable()
                     || e.code().is_some_and(|c| {
