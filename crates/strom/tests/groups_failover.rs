@@ -7,6 +7,9 @@
 //!   clean SIGTERM restart.
 //! - Three nodes (`__consumer_offsets` with RF 3): a committer and a reader run continuously
 //!   while the coordinator's broker is SIGKILLed, restarted, and the next coordinator killed.
+//!   Right after each restart, OffsetFetch goes straight to the restarted broker for a second:
+//!   it must not answer from the stale metadata its own log replays (it did: it led its old
+//!   partitions and answered "no offset" until the broker's loader was held until caught up).
 //!
 //! Every acknowledged commit and every OffsetFetch answer goes into a history that the checker
 //! (`groups_failover/checker.rs`) judges: no acknowledged commit lost, missing, or moved back.
