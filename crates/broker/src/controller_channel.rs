@@ -346,7 +346,7 @@ impl ControllerChannel {
 
     /// A heartbeat to the active controller, which keeps this broker unfenced. Carries how far
     /// this node has replayed the metadata log; returns whether the active controller deems it
-    /// caught up (the active controller itself always is).
+    /// caught up (the active controller itself is once the quorum has acknowledged it).
     pub async fn heartbeat(
         &self,
         now_ms: u64,
@@ -357,7 +357,7 @@ impl ControllerChannel {
                 .controller
                 .heartbeat(self.node_id, now_ms, unclean_default)
                 .await
-                .map(|_| true);
+                .map(|_| self.controller.is_confirmed_active());
         }
         let req = BrokerHeartbeatRequest::default()
             .with_broker_id(BrokerId(self.node_id))

@@ -224,6 +224,20 @@ impl QuorumController {
         }
     }
 
+    /// Whether this node is the active controller as the quorum knows it, with everything in its
+    /// log replayed: only such a controller may tell a broker (itself included) that it has
+    /// caught up. Unlike [`Self::is_active`], false for a voter that restarted with a vote for
+    /// itself and calls itself leader until it learns of the newer term.
+    pub fn is_confirmed_active(&self) -> bool {
+        match &self.backend {
+            Backend::Local(_) => true,
+            Backend::Raft(q) => {
+                let s = q.status();
+                s.leader_acknowledged && s.last_applied >= s.last_log_index
+            }
+        }
+    }
+
     /// Whether this node is the active controller (always, on a single node).
     pub fn is_active(&self) -> bool {
         match &self.backend {

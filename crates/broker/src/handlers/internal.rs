@@ -162,10 +162,13 @@ pub async fn broker_heartbeat(
         .await
     {
         Ok(fenced) => BrokerHeartbeatResponse::default()
-            .with_is_caught_up(is_caught_up(
-                req.current_metadata_offset,
-                broker.controller.applied_offset(),
-            ))
+            .with_is_caught_up(
+                broker.controller.is_confirmed_active()
+                    && is_caught_up(
+                        req.current_metadata_offset,
+                        broker.controller.applied_offset(),
+                    ),
+            )
             .with_is_fenced(fenced),
         Err(e) => BrokerHeartbeatResponse::default().with_error_code(e.code()),
     }
