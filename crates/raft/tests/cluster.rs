@@ -534,3 +534,18 @@ async fn a_restarted_old_leader_is_never_an_acknowledged_leader() {
     assert!(c.q(new).status().leader_acknowledged);
     c.shutdown().await;
 }
+
+/// A single voter is its own quorum: its leadership is acknowledged (a one-node quorum broker
+/// waits for that before it publishes its metadata).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_voter_is_an_acknowledged_leader() {
+    let c = Cluster::start_all(1, |_| {}).await;
+    let leader = c.leader().await;
+    c.propose(b"x").await;
+    let deadline = Instant::now() + WAIT;
+    while !c.q(leader).status().leader_acknowledged {
+        assert!(Instant::now() < deadline, "{:?}", c.q(leader).status());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    c.shutdown().await;
+}
