@@ -227,6 +227,8 @@ fn survives_restarts(protocol: &str) {
         common::produce_ok(&b, TOPIC, &[], &recs);
     }
     let group = format!("survivor-{protocol}");
+    let t0 = Instant::now();
+    let phase = |what: &str| eprintln!("{protocol}: {what} at {:?}", t0.elapsed());
     let history: History = Arc::new(Mutex::new(Vec::new()));
     let start: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, 0)).collect();
 
@@ -243,6 +245,7 @@ fn survives_restarts(protocol: &str) {
         as_committed(&committed)
     );
 
+    phase("half consumed and committed");
     // SIGKILL with the member alive, restart on the same data dir.
     b.kill();
     b.restart();
@@ -251,9 +254,17 @@ fn survives_restarts(protocol: &str) {
         as_committed(&committed),
         "after SIGKILL and restart"
     );
-    // The first member leaves (it reconnects to the restarted broker to do so) and a new one
-    // resumes exactly at the committed offsets.
+    // The first member, still running, reads the same offsets once it has reconnected; then it
+    // leaves (closing while disconnected would leave its partitions to it until its session
+    // times out) and a new member resumes exactly at the committed offsets.
+    assert_eq!(
+        rd_committed(&c1, &group, &history),
+        as_committed(&committed),
+        "the first member, after SIGKILL and restart"
+    );
+    phase("restarted after SIGKILL");
     drop(c1);
+    phase("first member closed");
     let c2 = member(&b.bootstrap(), &group, protocol);
     assert_eq!(
         rd_committed(&c2, &group, &history),
@@ -264,6 +275,7 @@ fn survives_restarts(protocol: &str) {
     let end = consume(&c2, &resume, rest, |next| {
         rd_commit(&c2, &group, next, &history)
     });
+    phase("second member read the rest");
     let all: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, PER_PARTITION)).collect();
     assert_eq!(end, all, "every record read once");
     // Nothing more arrives: nothing was re-read.
@@ -283,7 +295,9 @@ fn survives_restarts(protocol: &str) {
         as_committed(&end),
         "after SIGTERM and restart"
     );
+    phase("restarted after SIGTERM");
     drop(c2);
+    phase("second member closed");
     let r = assert_no_violations(&history);
     assert!(r.acked_commits >= 10 && r.fetches >= 4 * PARTITIONS as usize);
 }
