@@ -344,22 +344,27 @@ impl ControllerChannel {
         code_to_result(resp.error_code, self.controller.active_controller())
     }
 
-    /// A heartbeat to the active controller, which keeps this broker unfenced.
+    /// A heartbeat to the active controller, which keeps this broker unfenced. Carries how far
+    /// this node has replayed the metadata log; returns whether the active controller deems it
+    /// caught up (the active controller itself is once the quorum has acknowledged it).
     pub async fn heartbeat(
         &self,
         now_ms: u64,
         unclean_default: bool,
-    ) -> Result<(), ControllerError> {
+    ) -> Result<bool, ControllerError> {
         if self.controller.is_active() {
             return self
                 .controller
                 .heartbeat(self.node_id, now_ms, unclean_default)
                 .await
-                .map(|_| ());
+                .map(|_| self.controller.is_confirmed_active());
         }
-        let req = BrokerHeartbeatRequest::default().with_broker_id(BrokerId(self.node_id));
+        let req = BrokerHeartbeatRequest::default()
+            .with_broker_id(BrokerId(self.node_id))
+            .with_current_metadata_offset(self.controller.applied_offset());
         let resp: BrokerHeartbeatResponse = self.call(0, &req).await?;
-        code_to_result(resp.error_code, self.controller.active_controller())
+        code_to_result(resp.error_code, self.controller.active_controller())?;
+        Ok(resp.is_caught_up)
     }
 
     /// A heartbeat with `wantShutDown`: asks the active controller to move this broker's

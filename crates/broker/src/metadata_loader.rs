@@ -16,6 +16,13 @@
 //! So the replay side only queues `(delta, image)` on an unbounded channel, and a dedicated
 //! thread runs the publishers. When the thread falls behind, the queued deltas are merged so a
 //! publisher sees the latest image and everything that changed since its previous call.
+//!
+//! A quorum member starts held ([`MetadataLoader::start_held`]): the image it replays from its
+//! own log at start-up is stale when it was down while the quorum moved on (it still names it
+//! leader of the partitions it led when it died, at their old epochs), so nothing is published
+//! until the active controller says it has caught up ([`MetadataLoader::release`]), as Kafka's
+//! broker installs its publishers only then. Without this, a restarted broker led partitions and
+//! loaded coordinator shards from the stale image and answered from them.
 
 use std::sync::{mpsc, Arc};
 
@@ -62,6 +69,7 @@ enum Event {
         image: Arc<MetadataImage>,
     },
     Install(Arc<dyn MetadataPublisher>),
+    Release,
     Stop,
 }
 
@@ -89,6 +97,16 @@ pub struct MetadataLoader {
 impl MetadataLoader {
     /// Starts the loader thread with `publishers`, called in this order for every update.
     pub fn start(publishers: Vec<Arc<dyn MetadataPublisher>>) -> Self {
+        Self::start_with(publishers, false)
+    }
+
+    /// As [`Self::start`], but publishes nothing (and `caught_up` waits) until [`Self::release`]:
+    /// then every publisher, installed ones included, gets the latest image at once.
+    pub fn start_held(publishers: Vec<Arc<dyn MetadataPublisher>>) -> Self {
+        Self::start_with(publishers, true)
+    }
+
+    fn start_with(publishers: Vec<Arc<dyn MetadataPublisher>>, held: bool) -> Self {
         let (tx, rx) = mpsc::channel();
         let (done_tx, published) = watch::channel(0u64);
         // Publishers may start tasks (the replica fetchers); give them the caller's runtime.
@@ -97,7 +115,7 @@ impl MetadataLoader {
             .name("metadata-loader".into())
             .spawn(move || {
                 let _guard = rt.as_ref().map(|h| h.enter());
-                run(rx, publishers, &done_tx);
+                run(rx, publishers, held, &done_tx);
             })
             .expect("spawn the metadata loader thread");
         Self {
@@ -125,8 +143,13 @@ impl MetadataLoader {
         self.queue.lock().send(Event::Install(publisher));
     }
 
+    /// Ends the hold of [`Self::start_held`] (later calls do nothing).
+    pub fn release(&self) {
+        self.queue.lock().send(Event::Release);
+    }
+
     /// Waits until every publisher has seen every image queued before this call (a request
-    /// handler's read-your-writes after a controller change).
+    /// handler's read-your-writes after a controller change); while held, until the release.
     pub async fn caught_up(&self) {
         let target = self.queue.lock().last;
         let mut rx = self.published.clone();
@@ -154,10 +177,12 @@ impl MetadataLoader {
 
 /// The loader thread: takes everything queued, merges consecutive updates (a backlog is
 /// published in one step, with the latest image and everything that changed since), and calls
-/// the publishers.
+/// the publishers. While `held`, updates are only merged and installs only collected; the
+/// release hands every publisher the latest image from nothing (none has seen one before).
 fn run(
     rx: mpsc::Receiver<(u64, Event)>,
     mut publishers: Vec<Arc<dyn MetadataPublisher>>,
+    mut held: bool,
     done: &watch::Sender<u64>,
 ) {
     let mut current = Arc::new(MetadataImage::default());
@@ -186,6 +211,8 @@ fn run(
         let mut stop = false;
         for (n, event) in std::iter::once(first).chain(rx.try_iter()) {
             match event {
+                // Held: nothing was published, so the release starts from nothing anyway.
+                Event::Update { image, .. } if held => current = image,
                 Event::Update { delta, image } => {
                     match pending.as_mut() {
                         Some(d) => d.merge(delta),
@@ -193,6 +220,13 @@ fn run(
                     }
                     current = image;
                 }
+                Event::Install(p) if held => publishers.push(p),
+                Event::Release if held => {
+                    held = false;
+                    let all = MetadataDelta::between(&MetadataImage::default(), &current);
+                    publishers.iter().for_each(|q| publish(q, &all, &current));
+                }
+                Event::Release => {}
                 Event::Install(p) => {
                     if let Some(d) = pending.take() {
                         publishers.iter().for_each(|q| publish(q, &d, &current));
@@ -206,10 +240,18 @@ fn run(
                 }
                 Event::Stop => stop = true,
             }
-            seq = n;
+            if !held {
+                seq = n;
+            }
             if stop {
                 break;
             }
+        }
+        if held {
+            if stop {
+                return;
+            }
+            continue;
         }
         if let Some(d) = pending.take() {
             publishers.iter().for_each(|q| publish(q, &d, &current));

@@ -264,3 +264,45 @@ async fn auto_creation_on_the_active_controller_waits_for_the_publish() {
     opener.await.unwrap();
     broker.metadata_loader.shutdown().await;
 }
+
+/// A held loader (a quorum member before it has caught up) hands nothing to any publisher,
+/// installed ones included, and `caught_up` waits; the release hands each the latest image from
+/// nothing in one step, and later updates flow as usual.
+#[tokio::test]
+async fn a_held_loader_publishes_nothing_until_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = controller(&dir);
+    let first = Arc::new(Recorder::default());
+    let installed = Arc::new(Recorder::default());
+    let loader = MetadataLoader::start_held(vec![first.clone()]);
+    c.set_publisher(loader.sink());
+    c.register_broker(1, "127.0.0.1", 9092, None, 1)
+        .await
+        .unwrap();
+    assert!(c.create_topics(&[spec("stale")], false).await[0].is_ok());
+    loader.install(installed.clone());
+    assert!(c.create_topics(&[spec("t")], false).await[0].is_ok());
+    let waiting =
+        tokio::time::timeout(std::time::Duration::from_millis(200), loader.caught_up()).await;
+    assert!(waiting.is_err(), "caught_up returned while held");
+    assert!(first.0.lock().is_empty());
+    assert!(installed.0.lock().is_empty());
+
+    loader.release();
+    loader.caught_up().await;
+    for r in [&first, &installed] {
+        let seen = r.0.lock().clone();
+        assert_eq!(seen.len(), 1, "one step from nothing");
+        let (delta, image) = &seen[0];
+        assert_eq!(image.offset, c.image().offset);
+        assert_eq!(delta.created_topics.len(), 2);
+        assert_eq!(delta.local_changes(1, image).leaders.len(), 4);
+    }
+    // A second release changes nothing; updates go on as before.
+    loader.release();
+    assert!(c.create_topics(&[spec("u")], false).await[0].is_ok());
+    loader.caught_up().await;
+    assert_eq!(first.0.lock().len(), 2);
+    assert_eq!(installed.0.lock().len(), 2);
+    loader.shutdown().await;
+}

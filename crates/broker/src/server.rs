@@ -317,11 +317,19 @@ impl Server {
             });
         }
         // Replay only queues (delta, image); the loader thread applies them (see
-        // metadata_loader.rs for the order). Start-up waits for the first image to be applied.
-        let metadata_loader = Arc::new(MetadataLoader::start(vec![
+        // metadata_loader.rs for the order). Start-up waits for the first image to be applied;
+        // a quorum member's is held until the active controller says it has caught up (the
+        // first heartbeat answer that does releases it), since what it replays from its own log
+        // may be stale.
+        let publishers: Vec<Arc<dyn crate::metadata_loader::MetadataPublisher>> = vec![
             replica_manager.clone(),
             Arc::new(ImageHolder(metadata.clone())),
-        ]));
+        ];
+        let metadata_loader = Arc::new(if config.controller_quorum.is_some() {
+            MetadataLoader::start_held(publishers)
+        } else {
+            MetadataLoader::start(publishers)
+        });
         // The group coordinator follows the metadata after the replica manager (an elected
         // offsets partition is already leader here when it loads).
         let group_coordinator =
@@ -332,7 +340,9 @@ impl Server {
             replica_manager.clone(),
         ));
         controller.set_publisher(metadata_loader.sink());
-        metadata_loader.caught_up().await;
+        if config.controller_quorum.is_none() {
+            metadata_loader.caught_up().await;
+        }
         if config.controller_quorum.is_none() {
             // Only a complete image may judge a log stray; a quorum member's image is complete
             // only once it has caught up, so there this is left to a later version.
@@ -685,12 +695,21 @@ async fn cluster_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
         tokio::time::Instant::now() + rebalance_every,
         rebalance_every,
     );
+    // The metadata loader starts held (see `Server::start`); the first caught-up answer ends it.
+    let mut released = false;
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             _ = heartbeat.tick() => {
-                if let Err(e) = broker.channel.heartbeat(crate::monotonic_ms(), cfg.unclean_leader_election_enable).await {
-                    tracing::debug!(error = %e, "heartbeat failed");
+                match broker.channel.heartbeat(crate::monotonic_ms(), cfg.unclean_leader_election_enable).await {
+                    Ok(caught_up) => {
+                        if caught_up && !released {
+                            released = true;
+                            tracing::info!("caught up with the metadata quorum");
+                            broker.metadata_loader.release();
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "heartbeat failed"),
                 }
             }
             _ = fence.tick() => {

@@ -214,6 +214,30 @@ impl QuorumController {
         self.defaults
     }
 
+    /// How far this node has replayed the metadata log: the Raft index of the last entry
+    /// applied (the image offset on a single node); -1 before anything. The active controller
+    /// compares a broker's with its own to tell it whether it has caught up.
+    pub fn applied_offset(&self) -> i64 {
+        match &self.backend {
+            Backend::Local(_) => self.state.image().offset as i64,
+            Backend::Raft(q) => q.status().last_applied.map_or(-1, |i| i as i64),
+        }
+    }
+
+    /// Whether this node is the active controller as the quorum knows it, with everything in its
+    /// log replayed: only such a controller may tell a broker (itself included) that it has
+    /// caught up. Unlike [`Self::is_active`], false for a voter that restarted with a vote for
+    /// itself and calls itself leader until it learns of the newer term.
+    pub fn is_confirmed_active(&self) -> bool {
+        match &self.backend {
+            Backend::Local(_) => true,
+            Backend::Raft(q) => {
+                let s = q.status();
+                s.leader_acknowledged && s.last_applied >= s.last_log_index
+            }
+        }
+    }
+
     /// Whether this node is the active controller (always, on a single node).
     pub fn is_active(&self) -> bool {
         match &self.backend {

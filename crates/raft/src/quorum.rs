@@ -123,6 +123,9 @@ pub struct QuorumStatus {
     pub snapshot: Option<u64>,
     /// Last log index purged from this voter's log.
     pub purged: Option<u64>,
+    /// This voter is the leader and a quorum has acknowledged it as such. A voter restarted
+    /// with a vote for itself calls itself leader at once, before it learns of a newer term.
+    pub leader_acknowledged: bool,
 }
 
 /// One running voter of the metadata quorum: a Raft node with its storage under
@@ -304,6 +307,8 @@ impl MetadataQuorum {
             last_applied: m.last_applied.map(|l| l.index),
             snapshot: m.snapshot.map(|l| l.index),
             purged: m.purged.map(|l| l.index),
+            leader_acknowledged: m.current_leader == Some(self.node_id)
+                && m.millis_since_quorum_ack.is_some(),
         }
     }
 

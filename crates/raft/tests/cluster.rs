@@ -502,3 +502,50 @@ async fn whole_cluster_restart_keeps_every_committed_entry() {
     c.assert_same(&want);
     c.shutdown().await;
 }
+
+/// A voter restarted with a vote for itself (it led when it stopped) may call itself leader
+/// until it hears of the newer term, but no quorum acknowledges it: `leader_acknowledged`
+/// tells the two apart (a broker must not take that voter's replay for the quorum's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_old_leader_is_never_an_acknowledged_leader() {
+    let mut c = Cluster::start_all(3, |_| {}).await;
+    c.propose(b"before").await;
+    let old = c.leader().await;
+    let deadline = Instant::now() + WAIT;
+    while !c.q(old).status().leader_acknowledged {
+        assert!(Instant::now() < deadline, "{:?}", c.q(old).status());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    c.stop(old).await;
+    let new = c.leader().await;
+    c.propose(b"after").await;
+
+    c.start(old).await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let s = c.q(old).status();
+        assert!(!s.leader_acknowledged, "restarted old leader: {s:?}");
+        if s.leader == Some(new) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never followed {new}: {s:?}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(c.q(new).status().leader_acknowledged);
+    c.shutdown().await;
+}
+
+/// A single voter is its own quorum: its leadership is acknowledged (a one-node quorum broker
+/// waits for that before it publishes its metadata).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_voter_is_an_acknowledged_leader() {
+    let c = Cluster::start_all(1, |_| {}).await;
+    let leader = c.leader().await;
+    c.propose(b"x").await;
+    let deadline = Instant::now() + WAIT;
+    while !c.q(leader).status().leader_acknowledged {
+        assert!(Instant::now() < deadline, "{:?}", c.q(leader).status());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    c.shutdown().await;
+}

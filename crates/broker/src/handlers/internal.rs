@@ -130,6 +130,14 @@ pub async fn alter_partition(
     AlterPartitionResponse::default().with_topics(topics)
 }
 
+/// Whether a broker that has replayed the metadata log up to `broker_offset` is caught up with
+/// this (active) controller, which has replayed it up to `controller_offset`. Both are Raft log
+/// indexes; a broker restarted after the quorum moved on holds a stale image until then (its
+/// publishing is held, see `MetadataLoader::start_held`).
+pub fn is_caught_up(broker_offset: i64, controller_offset: i64) -> bool {
+    broker_offset >= controller_offset
+}
+
 pub async fn broker_heartbeat(
     broker: &Arc<Broker>,
     req: BrokerHeartbeatRequest,
@@ -154,7 +162,13 @@ pub async fn broker_heartbeat(
         .await
     {
         Ok(fenced) => BrokerHeartbeatResponse::default()
-            .with_is_caught_up(true)
+            .with_is_caught_up(
+                broker.controller.is_confirmed_active()
+                    && is_caught_up(
+                        req.current_metadata_offset,
+                        broker.controller.applied_offset(),
+                    ),
+            )
             .with_is_fenced(fenced),
         Err(e) => BrokerHeartbeatResponse::default().with_error_code(e.code()),
     }
@@ -283,4 +297,20 @@ fn unwrap_envelope(ctx: &RequestContext, req: EnvelopeRequest) -> Result<Unwrapp
         forwarded: true,
     };
     Ok((inner, entry, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_caught_up;
+
+    /// A restarted broker that replayed only its own (older) log is not caught up; once it has
+    /// replayed what the active controller has, it is (and stays so when it is ahead, as the
+    /// controller's own replay may lag its commit).
+    #[test]
+    fn caught_up_once_the_broker_has_replayed_what_the_controller_has() {
+        assert!(!is_caught_up(-1, 0));
+        assert!(!is_caught_up(64, 65));
+        assert!(is_caught_up(65, 65));
+        assert!(is_caught_up(66, 65));
+    }
 }
