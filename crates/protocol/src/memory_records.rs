@@ -32,10 +32,16 @@ pub fn with_records(records: &[(Bytes, Option<Bytes>)], timestamp: i64) -> Vec<u
             headers: Default::default(),
         })
         .collect();
+    encode_uncompressed(&records)
+}
+
+/// `records` encoded as magic-2 uncompressed batches (one, when offsets, sequences and the
+/// producer fields line up as a batch's do).
+pub(crate) fn encode_uncompressed(records: &[Record]) -> Vec<u8> {
     let mut buf = BytesMut::new();
     RecordBatchEncoder::encode(
         &mut buf,
-        &records,
+        records,
         &RecordEncodeOptions {
             version: 2,
             compression: Compression::None,

@@ -1,9 +1,9 @@
 //! Small, plain record batches for tests and tools, made with kafka-protocol's encoder (never
 //! by hand): magic 2, no compression, no producer id.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
-use crate::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use crate::records::{Record, TimestampType};
 
 /// One batch of `(key, value)` records, offsets 0.., timestamps `first_timestamp`.. (1 ms apart).
 pub fn plain_batch(
@@ -29,17 +29,7 @@ pub fn plain_batch(
             headers: Default::default(),
         })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .expect("encoding an uncompressed batch cannot fail");
-    buf.to_vec()
+    crate::memory_records::encode_uncompressed(&records)
 }
 
 /// `n` records with values "v0", "v1", ... and no keys.

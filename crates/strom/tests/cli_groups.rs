@@ -18,75 +18,15 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::kafka_ref::{libs, oracle_available, KafkaRef};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use strom_client::{Admin, Client, ClientConfig, Producer, ProducerConfig};
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
-fn libs() -> PathBuf {
-    repo_root().join(".cache/kafka-4.4/libs")
-}
-
-/// Java and Kafka's jars, or why not.
-fn oracle_available() -> Result<(), String> {
-    if !libs().join("kafka-tools-4.4.0.jar").exists() {
-        return Err(format!(
-            "Kafka 4.4 jars not found in {} (run `make kafka-ref-fetch`)",
-            libs().display()
-        ));
-    }
-    match Command::new("java").arg("-version").output() {
-        Ok(o) if o.status.success() => Ok(()),
-        _ => Err("`java` is not installed".into()),
-    }
-}
-
-/// A Kafka 4.4 broker started by `scripts/kafka-ref.sh`, stopped on drop.
-struct KafkaRef {
-    pid: String,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl KafkaRef {
-    fn start() -> KafkaRef {
-        let dir = tempfile::tempdir().expect("tempdir");
-        // The controller listens on port + 1.
-        let port = loop {
-            let p = common::free_port();
-            if std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
-                break p;
-            }
-        };
-        let out = Command::new(repo_root().join("scripts/kafka-ref.sh"))
-            .arg("start")
-            .arg(port.to_string())
-            .arg(dir.path())
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run scripts/kafka-ref.sh");
-        assert!(out.status.success(), "kafka-ref.sh start failed");
-        let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        KafkaRef {
-            pid,
-            port,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for KafkaRef {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").arg("-9").arg(&self.pid).status();
-    }
-}
 
 /// What one tool printed.
 #[derive(Debug, Clone)]

@@ -14,9 +14,8 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
+use common::kafka_ref::{oracle_available, KafkaRef};
 use common::Broker;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -272,61 +271,6 @@ fn scenario(bootstrap: &str) -> Vec<Seen> {
     steps
 }
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Java and Kafka 4.4's jars, or why not.
-fn oracle_available() -> Result<(), String> {
-    let libs = repo_root().join(".cache/kafka-4.4/libs");
-    if !libs.join("kafka-tools-4.4.0.jar").exists() {
-        return Err(format!("Kafka 4.4 jars not found in {}", libs.display()));
-    }
-    match Command::new("java").arg("-version").output() {
-        Ok(o) if o.status.success() => Ok(()),
-        _ => Err("`java` is not installed".into()),
-    }
-}
-
-/// A Kafka 4.4 broker started by `scripts/kafka-ref.sh`, killed on drop.
-struct KafkaRef {
-    pid: String,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl KafkaRef {
-    fn start() -> KafkaRef {
-        let dir = tempfile::tempdir().expect("tempdir");
-        // The controller listens on port + 1.
-        let port = loop {
-            let p = common::free_port();
-            if std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
-                break p;
-            }
-        };
-        let out = Command::new(repo_root().join("scripts/kafka-ref.sh"))
-            .arg("start")
-            .arg(port.to_string())
-            .arg(dir.path())
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run scripts/kafka-ref.sh");
-        assert!(out.status.success(), "kafka-ref.sh start failed");
-        let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        KafkaRef {
-            pid,
-            port,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for KafkaRef {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").arg("-9").arg(&self.pid).status();
-    }
-}
 
 #[test]
 fn a_classic_group_is_upgraded_and_downgraded_with_real_consumers() {

@@ -10,6 +10,7 @@
 
 pub mod bounded;
 pub mod cluster;
+pub mod kafka_ref;
 
 use std::collections::HashMap;
 use std::fs::{self, File};
