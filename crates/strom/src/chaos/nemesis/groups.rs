@@ -37,7 +37,8 @@ pub enum GroupMode {
     Classic,
     /// One consumer-protocol (KIP-848) group.
     Consumer,
-    /// Both, side by side (Strom, like Kafka without migration, keeps one protocol per group).
+    /// Both, side by side: one group of each protocol (a group holding members of both, which
+    /// the coordinator converts online, is tested by `tests/groups_migration.rs`, not here).
     Mixed,
 }
 
