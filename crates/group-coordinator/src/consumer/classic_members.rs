@@ -10,8 +10,6 @@
 //! `ConsumerProtocolAssignment`; Heartbeat answers REBALANCE_IN_PROGRESS when it must rejoin to
 //! move on (the group epoch moved, it must revoke, or what it waits for was released).
 
-use std::collections::BTreeSet;
-
 use bytes::Bytes;
 use strom_protocol::kafka::messages::{JoinGroupResponse, SyncGroupResponse};
 use strom_protocol::kafka::protocol::StrBytes;
@@ -19,14 +17,14 @@ use strom_protocol::ErrorCode;
 use uuid::Uuid;
 
 use super::classic_protocol;
-use super::current_assignment::CurrentAssignmentBuilder;
 use super::group::*;
 use super::heartbeat::{
-    cancel_member_timers, join_timer_key, remove_member_records, schedule_fence,
-    schedule_rebalance_timeout, schedule_session_timeout_ms, sync_timer_key, GroupError, Pending,
+    bump_group_epoch_if_needed, cancel_member_timers, join_timer_key, reconcile,
+    remove_member_records, replace_member, schedule_fence, schedule_session_timeout_ms,
+    sync_timer_key, throw_if_instance_id_is_fenced, throw_if_static_member_is_unknown,
+    write_reconciled_assignment, GroupError, Pending,
 };
 use super::member::{ClassicMemberInfo, ConsumerGroupMember, MemberState};
-use super::target_assignment::TargetAssignmentBuilder;
 use super::ConsumerGroups;
 use crate::classic::group::CONSUMER_PROTOCOL_TYPE;
 use crate::classic::{JoinParams, SyncParams};
@@ -115,15 +113,7 @@ impl ConsumerGroup {
                         format!("Member with instance id {i} is not a member of group {gid}."),
                     )
                 })?;
-                if m.member_id != member_id {
-                    return Err(err(
-                        ErrorCode::FencedInstanceId,
-                        format!(
-                            "Static member {member_id} with instance id {i} was fenced by member {}.",
-                            m.member_id
-                        ),
-                    ));
-                }
+                throw_if_instance_id_is_fenced(m, member_id, i)?;
                 m
             }
         };
@@ -221,41 +211,13 @@ impl ConsumerGroups {
             Some(i) if unknown => match group.static_member(i) {
                 None => ConsumerGroupMember::new(member_id.clone()),
                 Some(e) => {
-                    let mut m = e.clone();
-                    m.member_id = member_id.clone();
-                    m.member_epoch = 0;
-                    m.previous_member_epoch = 0;
-                    let target = group
-                        .target_assignment
-                        .get(&e.member_id)
-                        .cloned()
-                        .unwrap_or_default();
-                    for r in remove_member_records(gid, &e.member_id) {
-                        pend.push(r);
-                    }
                     cancel_member_timers(env, gid, &e.member_id);
-                    pend.push(m.metadata_record(gid));
-                    pend.push(target_assignment_record(gid, &member_id, &target));
-                    pend.push(m.current_assignment_record(gid));
-                    m
+                    replace_member(&mut pend, &group, gid, e, &member_id)
                 }
             },
             Some(i) => {
-                let e = group.static_member(i).ok_or_else(|| {
-                    err(
-                        ErrorCode::UnknownMemberId,
-                        format!("Instance id {i} is unknown."),
-                    )
-                })?;
-                if e.member_id != member_id {
-                    return Err(err(
-                        ErrorCode::FencedInstanceId,
-                        format!(
-                            "Static member {member_id} with instance id {i} was fenced by member {}.",
-                            e.member_id
-                        ),
-                    ));
-                }
+                let e = throw_if_static_member_is_unknown(group.static_member(i), i)?;
+                throw_if_instance_id_is_fenced(e, &member_id, i)?;
                 e.clone()
             }
         };
@@ -285,50 +247,28 @@ impl ConsumerGroups {
             pend.push(updated.metadata_record(gid));
             bump |= subscription_changed || is_new;
         }
-        let hash = metadata_hash(&pend.scratch.subscribed_topics(), &image);
-        bump |= hash != pend.scratch.metadata_hash;
-        let mut group_epoch = pend.scratch.group_epoch;
-        if bump {
-            group_epoch += 1;
-            pend.push(group_epoch_record(gid, group_epoch, hash));
-        }
+        let group_epoch = bump_group_epoch_if_needed(
+            &mut pend,
+            gid,
+            &member_id,
+            bump,
+            subscription_changed,
+            &image,
+        );
 
         // 2. A new target assignment when the group epoch moved past it.
         let (target_epoch, target) = if group_epoch > pend.scratch.assignment_epoch {
-            let assignor = self.assignor_for(env, pend.scratch.preferred_assignor().as_deref())?;
-            let mut b = TargetAssignmentBuilder::new(
+            let target = self.update_target_assignment(
+                env,
                 &group,
-                &pend.scratch,
+                &mut pend,
                 group_epoch,
-                assignor.as_ref(),
+                &updated,
+                p.group_instance_id.as_deref(),
                 &image,
                 now,
-            )
-            .add_or_update_member(updated.clone());
-            if let Some(prev) = p
-                .group_instance_id
-                .as_ref()
-                .and_then(|i| group.static_members.get(i))
-            {
-                if *prev != member_id {
-                    b = b.remove_member(prev);
-                }
-            }
-            let res = b.build().map_err(|e| {
-                err(
-                    ErrorCode::UnknownServerError,
-                    format!(
-                        "Failed to compute a new target assignment for epoch {group_epoch}: {e}."
-                    ),
-                )
-            })?;
-            for r in res.records {
-                pend.push(r);
-            }
-            (
-                group_epoch,
-                res.target.get(&member_id).cloned().unwrap_or_default(),
-            )
+            )?;
+            (group_epoch, target)
         } else {
             (
                 pend.scratch.assignment_epoch,
@@ -339,33 +279,16 @@ impl ConsumerGroups {
 
         // 3. Reconcile towards the target with what the member says it owns.
         let owned = classic_protocol::owned_list(&subscription.owned_partitions, &image);
-        let scratch = &pend.scratch;
-        let epoch_of = |t: Uuid, part: i32| scratch.current_partition_epoch(t, part);
-        let subscribed: BTreeSet<Uuid> = scratch
-            .member_topics(&updated)
-            .iter()
-            .filter_map(|n| image.topic(n).map(|t| t.id))
-            .collect();
-        let reconciled = CurrentAssignmentBuilder::new(
+        let reconciled = reconcile(
+            &pend.scratch,
+            &image,
             &updated,
             target_epoch,
             &target,
-            &subscribed,
             subscription_changed,
-            &epoch_of,
             Some(&owned),
-        )
-        .build()
-        .map_err(|e| err(ErrorCode::FencedMemberEpoch, e.to_string()))?;
-        if reconciled != updated || is_new {
-            pend.push(reconciled.current_assignment_record(gid));
-            if reconciled.state == MemberState::UnrevokedPartitions {
-                schedule_rebalance_timeout(env, gid, &reconciled);
-            } else {
-                env.timer
-                    .cancel(&super::heartbeat::rebalance_timer_key(gid, &member_id));
-            }
-        }
+        )?;
+        write_reconciled_assignment(env, &mut pend, gid, &updated, &reconciled, is_new);
         // The member answered; its session, and the SyncGroup it must send, run from now.
         env.timer.cancel(&join_timer_key(gid, &member_id));
         schedule_session_timeout_ms(env, gid, &member_id, p.session_timeout_ms);

@@ -386,59 +386,28 @@ impl ConsumerGroups {
                 bump = true;
             }
         }
-        let hash = metadata_hash(&p.scratch.subscribed_topics(), &image);
-        if bump || hash != p.scratch.metadata_hash {
-            tracing::debug!(
-                group = group_id,
-                member = member_id.as_str(),
-                subscription_changed,
-                old_hash = p.scratch.metadata_hash,
-                new_hash = hash,
-                "consumer group epoch bump"
-            );
-        }
-        bump |= hash != p.scratch.metadata_hash;
-        let mut group_epoch = p.scratch.group_epoch;
-        if bump {
-            group_epoch += 1;
-            p.push(group_epoch_record(group_id, group_epoch, hash));
-        }
+        let group_epoch = bump_group_epoch_if_needed(
+            &mut p,
+            group_id,
+            &member_id,
+            bump,
+            subscription_changed,
+            &image,
+        );
 
         // 2. A new target assignment when the group epoch moved past it.
         let (target_epoch, target) = if group_epoch > p.scratch.assignment_epoch {
-            let assignor = self.assignor_for(env, p.scratch.preferred_assignor().as_deref())?;
-            let mut b = TargetAssignmentBuilder::new(
+            let target = self.update_target_assignment(
+                env,
                 &group,
-                &p.scratch,
+                &mut p,
                 group_epoch,
-                assignor.as_ref(),
+                &updated,
+                instance_id.as_deref(),
                 &image,
                 now,
-            )
-            .add_or_update_member(updated.clone());
-            if let Some(prev) = instance_id
-                .as_ref()
-                .and_then(|i| group.static_members.get(i))
-            {
-                if *prev != member_id {
-                    b = b.remove_member(prev);
-                }
-            }
-            let res = b.build().map_err(|e| {
-                GroupError::new(
-                    ErrorCode::UnknownServerError,
-                    format!(
-                        "Failed to compute a new target assignment for epoch {group_epoch}: {e}."
-                    ),
-                )
-            })?;
-            for r in res.records {
-                p.push(r);
-            }
-            (
-                group_epoch,
-                res.target.get(&member_id).cloned().unwrap_or_default(),
-            )
+            )?;
+            (group_epoch, target)
         } else {
             (
                 p.scratch.assignment_epoch,
@@ -450,33 +419,18 @@ impl ConsumerGroups {
         let reconciled = if !subscription_changed && updated.is_reconciled_to(target_epoch) {
             updated.clone()
         } else {
-            let scratch = &p.scratch;
-            let epoch_of = |t: Uuid, part: i32| scratch.current_partition_epoch(t, part);
-            let subscribed: BTreeSet<Uuid> = scratch
-                .member_topics(&updated)
-                .iter()
-                .filter_map(|n| image.topic(n).map(|t| t.id))
-                .collect();
-            CurrentAssignmentBuilder::new(
+            reconcile(
+                &p.scratch,
+                &image,
                 &updated,
                 target_epoch,
                 &target,
-                &subscribed,
                 subscription_changed,
-                &epoch_of,
                 owned,
-            )
-            .build()
-            .map_err(|e| GroupError::new(ErrorCode::FencedMemberEpoch, e.to_string()))?
+            )?
         };
-        if reconciled != updated || !p.scratch.members.contains_key(&member_id) {
-            p.push(reconciled.current_assignment_record(group_id));
-            if reconciled.state == MemberState::UnrevokedPartitions {
-                schedule_rebalance_timeout(env, group_id, &reconciled);
-            } else {
-                env.timer.cancel(&rebalance_timer_key(group_id, &member_id));
-            }
-        }
+        let is_new = !p.scratch.members.contains_key(&member_id);
+        write_reconciled_assignment(env, &mut p, group_id, &updated, &reconciled, is_new);
         schedule_session_timeout(env, group_id, &member_id);
 
         let mut resp = ConsumerGroupHeartbeatResponse::default()
@@ -528,42 +482,12 @@ impl ConsumerGroups {
                             ),
                         ));
                     }
-                    // The returning instance is the departed one under its new id: same
-                    // subscription, assignment and target (Kafka's `replaceMember`).
-                    let mut m = e.clone();
-                    m.member_id = member_id.to_string();
-                    m.member_epoch = 0;
-                    m.previous_member_epoch = 0;
-                    let target = group
-                        .target_assignment
-                        .get(&e.member_id)
-                        .cloned()
-                        .unwrap_or_default();
-                    for r in remove_member_records(group_id, &e.member_id) {
-                        p.push(r);
-                    }
-                    p.push(m.metadata_record(group_id));
-                    p.push(target_assignment_record(group_id, member_id, &target));
-                    p.push(m.current_assignment_record(group_id));
-                    Ok(m)
+                    Ok(replace_member(p, group, group_id, e, member_id))
                 }
             }
         } else {
-            let Some(e) = existing else {
-                return Err(GroupError::new(
-                    ErrorCode::UnknownMemberId,
-                    format!("Instance id {instance} is unknown."),
-                ));
-            };
-            if e.member_id != member_id {
-                return Err(GroupError::new(
-                    ErrorCode::FencedInstanceId,
-                    format!(
-                        "Static member {member_id} with instance id {instance} was fenced by member {}.",
-                        e.member_id
-                    ),
-                ));
-            }
+            let e = throw_if_static_member_is_unknown(existing, instance)?;
+            throw_if_instance_id_is_fenced(e, member_id, instance)?;
             check_member_epoch(e, req.member_epoch, owned)?;
             Ok(e.clone())
         }
@@ -595,21 +519,8 @@ impl ConsumerGroups {
             })?,
             Some(instance) => {
                 let instance = instance.as_str();
-                let m = group.static_member(instance).ok_or_else(|| {
-                    GroupError::new(
-                        ErrorCode::UnknownMemberId,
-                        format!("Instance id {instance} is unknown."),
-                    )
-                })?;
-                if m.member_id != member_id {
-                    return Err(GroupError::new(
-                        ErrorCode::FencedInstanceId,
-                        format!(
-                            "Static member {member_id} with instance id {instance} was fenced by member {}.",
-                            m.member_id
-                        ),
-                    ));
-                }
+                let m = throw_if_static_member_is_unknown(group.static_member(instance), instance)?;
+                throw_if_instance_id_is_fenced(m, member_id, instance)?;
                 if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH {
                     // The instance keeps its assignment for its return (until its session
                     // expires).
@@ -623,6 +534,49 @@ impl ConsumerGroups {
         };
         let records = fence_records(env, group, &member.member_id);
         Ok((records, resp))
+    }
+
+    /// Kafka's `updateTargetAssignment`: the group's target assignment at `group_epoch` with
+    /// `updated` in it, and out of it the member a static instance rejoining under a new id
+    /// replaced. Its records go to `p`; the member's own target is returned.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn update_target_assignment(
+        &self,
+        env: &ShardEnv,
+        group: &ConsumerGroup,
+        p: &mut Pending,
+        group_epoch: i32,
+        updated: &ConsumerGroupMember,
+        instance_id: Option<&str>,
+        image: &GroupMetadataImage,
+        now: i64,
+    ) -> Result<MemberAssignment, GroupError> {
+        let member_id = &updated.member_id;
+        let assignor = self.assignor_for(env, p.scratch.preferred_assignor().as_deref())?;
+        let mut b = TargetAssignmentBuilder::new(
+            group,
+            &p.scratch,
+            group_epoch,
+            assignor.as_ref(),
+            image,
+            now,
+        )
+        .add_or_update_member(updated.clone());
+        if let Some(prev) = instance_id.and_then(|i| group.static_members.get(i)) {
+            if prev != member_id {
+                b = b.remove_member(prev);
+            }
+        }
+        let res = b.build().map_err(|e| {
+            GroupError::new(
+                ErrorCode::UnknownServerError,
+                format!("Failed to compute a new target assignment for epoch {group_epoch}: {e}."),
+            )
+        })?;
+        for r in res.records {
+            p.push(r);
+        }
+        Ok(res.target.get(member_id).cloned().unwrap_or_default())
     }
 
     pub(super) fn assignor_for(
@@ -712,6 +666,146 @@ impl ConsumerGroups {
         }
         out
     }
+}
+
+/// Bumps the group epoch when `bump` is set (the member's subscription changed, a new group)
+/// or the metadata hash of the subscribed topics moved, writing the group epoch record; the
+/// group epoch after.
+pub(super) fn bump_group_epoch_if_needed(
+    p: &mut Pending,
+    group_id: &str,
+    member_id: &str,
+    mut bump: bool,
+    subscription_changed: bool,
+    image: &GroupMetadataImage,
+) -> i32 {
+    let hash = metadata_hash(&p.scratch.subscribed_topics(), image);
+    bump |= hash != p.scratch.metadata_hash;
+    let mut group_epoch = p.scratch.group_epoch;
+    if bump {
+        tracing::debug!(
+            group = group_id,
+            member = member_id,
+            subscription_changed,
+            old_hash = p.scratch.metadata_hash,
+            new_hash = hash,
+            "consumer group epoch bump"
+        );
+        group_epoch += 1;
+        p.push(group_epoch_record(group_id, group_epoch, hash));
+    }
+    group_epoch
+}
+
+/// The member reconciled towards `target` at `target_epoch` with what it says it owns
+/// (Kafka's `CurrentAssignmentBuilder` run of `maybeReconcile`).
+pub(super) fn reconcile(
+    scratch: &ConsumerGroup,
+    image: &GroupMetadataImage,
+    updated: &ConsumerGroupMember,
+    target_epoch: i32,
+    target: &MemberAssignment,
+    subscription_changed: bool,
+    owned: Option<&[(Uuid, Vec<i32>)]>,
+) -> Result<ConsumerGroupMember, GroupError> {
+    let epoch_of = |t: Uuid, part: i32| scratch.current_partition_epoch(t, part);
+    let subscribed: BTreeSet<Uuid> = scratch
+        .member_topics(updated)
+        .iter()
+        .filter_map(|n| image.topic(n).map(|t| t.id))
+        .collect();
+    CurrentAssignmentBuilder::new(
+        updated,
+        target_epoch,
+        target,
+        &subscribed,
+        subscription_changed,
+        &epoch_of,
+        owned,
+    )
+    .build()
+    .map_err(|e| GroupError::new(ErrorCode::FencedMemberEpoch, e.to_string()))
+}
+
+/// Writes the reconciled member's assignment when reconciling changed it (or `always`), and
+/// starts its rebalance timeout while it has partitions to revoke, cancels it otherwise (the
+/// end of Kafka's `maybeReconcile`).
+pub(super) fn write_reconciled_assignment(
+    env: &ShardEnv,
+    p: &mut Pending,
+    group_id: &str,
+    updated: &ConsumerGroupMember,
+    reconciled: &ConsumerGroupMember,
+    always: bool,
+) {
+    if reconciled != updated || always {
+        p.push(reconciled.current_assignment_record(group_id));
+        if reconciled.state == MemberState::UnrevokedPartitions {
+            schedule_rebalance_timeout(env, group_id, reconciled);
+        } else {
+            env.timer
+                .cancel(&rebalance_timer_key(group_id, &reconciled.member_id));
+        }
+    }
+}
+
+/// Kafka's `replaceMember`: the departed static instance `e` under the new `member_id`, with
+/// its subscription, assignment and target; the records removing `e` and adding the new
+/// member go to `p`.
+pub(super) fn replace_member(
+    p: &mut Pending,
+    group: &ConsumerGroup,
+    group_id: &str,
+    e: &ConsumerGroupMember,
+    member_id: &str,
+) -> ConsumerGroupMember {
+    let mut m = e.clone();
+    m.member_id = member_id.to_string();
+    m.member_epoch = 0;
+    m.previous_member_epoch = 0;
+    let target = group
+        .target_assignment
+        .get(&e.member_id)
+        .cloned()
+        .unwrap_or_default();
+    for r in remove_member_records(group_id, &e.member_id) {
+        p.push(r);
+    }
+    p.push(m.metadata_record(group_id));
+    p.push(target_assignment_record(group_id, member_id, &target));
+    p.push(m.current_assignment_record(group_id));
+    m
+}
+
+/// Kafka's `throwIfStaticMemberIsUnknown`.
+pub(super) fn throw_if_static_member_is_unknown<'a>(
+    existing: Option<&'a ConsumerGroupMember>,
+    instance: &str,
+) -> Result<&'a ConsumerGroupMember, GroupError> {
+    existing.ok_or_else(|| {
+        GroupError::new(
+            ErrorCode::UnknownMemberId,
+            format!("Instance id {instance} is unknown."),
+        )
+    })
+}
+
+/// Kafka's `throwIfInstanceIdIsFenced`: the instance belongs to another member id.
+pub(super) fn throw_if_instance_id_is_fenced(
+    m: &ConsumerGroupMember,
+    member_id: &str,
+    instance: &str,
+) -> Result<(), GroupError> {
+    if m.member_id != member_id {
+        return Err(GroupError::new(
+            ErrorCode::FencedInstanceId,
+            format!(
+                "Static member {member_id} with instance id {instance} was fenced by member {}.",
+                m.member_id
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The member's removal, in Kafka's order (assignment, target, then the member).
