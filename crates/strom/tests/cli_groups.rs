@@ -26,8 +26,6 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use strom_client::{Admin, Client, ClientConfig, Producer, ProducerConfig};
 
-
-
 /// What one tool printed.
 #[derive(Debug, Clone)]
 struct Run {

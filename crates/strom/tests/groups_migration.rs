@@ -14,7 +14,6 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-
 use common::kafka_ref::{oracle_available, KafkaRef};
 use common::Broker;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -270,7 +269,6 @@ fn scenario(bootstrap: &str) -> Vec<Seen> {
     drop(classic);
     steps
 }
-
 
 #[test]
 fn a_classic_group_is_upgraded_and_downgraded_with_real_consumers() {
