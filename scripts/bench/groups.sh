@@ -161,6 +161,13 @@ stop_broker() {
 # row ROUND BROKER DELAY WORKLOAD STRATEGY MEMBERS METRIC VALUE LOAD1
 row() { local IFS=,; echo "$*" >> "$OUT/results.csv"; }
 
+# cpu_s PID: user+system CPU seconds the process has used (/proc/PID/stat utime+stime)
+cpu_s() {
+    awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' \
+        "/proc/$1/stat" 2>/dev/null || echo 0
+}
+cpu_delta() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+
 # value KEY LINE: the value of KEY=... in a RESULT line
 value() { sed -E "s/.* $1=([^ ]+).*/\1/" <<< " $2"; }
 
@@ -174,15 +181,19 @@ run_tool() {
 }
 
 run_rebalance() {
-    local round="$1" b="$2" delay="$3" n s logf res load1
+    local round="$1" b="$2" delay="$3" n s logf res load1 cpu0
     for n in $MEMBERS; do
         for s in $STRATEGIES; do
             logf="$OUT/r$round-$b-d$delay-rebalance-$s-$n.log"
             load1="$(cut -d' ' -f1 /proc/loadavg)"
+            cpu0="$(cpu_s "$BROKER_PID")"
             if run_tool "$logf" "${GB[@]}" rebalance "127.0.0.1:$PORT" gb "$PARTITIONS" "$n" "$s" \
                 "reb-$s-$n" && res="$(grep '^RESULT' "$logf.out")"; then
                 row "$round" "$b" "$delay" rebalance "$s" "$n" join_ms "$(value join_ms "$res")" "$load1"
                 row "$round" "$b" "$delay" rebalance "$s" "$n" incr_ms "$(value incr_ms "$res")" "$load1"
+                # the broker's CPU over the whole invocation (warm-up, join, +1, leaving)
+                row "$round" "$b" "$delay" rebalance "$s" "$n" broker_cpu_s \
+                    "$(cpu_delta "$cpu0" "$(cpu_s "$BROKER_PID")")" "$load1"
                 log "$b delay=$delay rebalance $s x$n: join $(value join_ms "$res") ms, +1 member $(value incr_ms "$res") ms (load $load1)"
             else
                 FAILED=1
@@ -195,16 +206,21 @@ run_rebalance() {
 }
 
 run_commit() {
-    local round="$1" b="$2" delay="$3" n s logf res load1 m
+    local round="$1" b="$2" delay="$3" n s logf res load1 m cpu0 cpu
     for n in $COMMIT_MEMBERS; do
         for s in $COMMIT_STRATEGIES; do
             logf="$OUT/r$round-$b-commit-$s-$n.log"
             load1="$(cut -d' ' -f1 /proc/loadavg)"
+            cpu0="$(cpu_s "$BROKER_PID")"
             if run_tool "$logf" "${GB[@]}" commit "127.0.0.1:$PORT" gb "$PARTITIONS" "$n" "$s" \
                 "commit-$s-$n" "$COMMIT_SECONDS" && res="$(grep '^RESULT' "$logf.out")"; then
+                cpu="$(cpu_delta "$cpu0" "$(cpu_s "$BROKER_PID")")"
                 for m in commits_per_sec p50_ms p99_ms failed; do
                     row "$round" "$b" "$delay" commit "$s" "$n" "$m" "$(value "$m" "$res")" "$load1"
                 done
+                # broker CPU per counted commit; it includes the warm-up and join (small)
+                row "$round" "$b" "$delay" commit "$s" "$n" broker_cpu_us_per_commit \
+                    "$(awk -v c="$cpu" -v n="$(value commits "$res")" 'BEGIN { printf "%.1f", n > 0 ? c * 1e6 / n : 0 }')" "$load1"
                 log "$b commit $s x$n: $(value commits_per_sec "$res") commits/s p50 $(value p50_ms "$res") ms p99 $(value p99_ms "$res") ms (load $load1)"
             else
                 FAILED=1
@@ -216,7 +232,7 @@ run_commit() {
 }
 
 run_perf() {
-    local round="$1" b="$2" delay="$3" proto logf line load1 bs="127.0.0.1:$PORT"
+    local round="$1" b="$2" delay="$3" proto logf line load1 cpu0 bs="127.0.0.1:$PORT"
     logf="$OUT/r$round-$b-perf-produce.log"
     "$STROM_BIN" topics create --topic perf --partitions 1 --replication-factor 1 \
         --bootstrap-server "$bs" > /dev/null
@@ -227,6 +243,7 @@ run_perf() {
     for proto in $PERF_PROTOCOLS; do
         logf="$OUT/r$round-$b-perf-$proto.log"
         load1="$(cut -d' ' -f1 /proc/loadavg)"
+        cpu0="$(cpu_s "$BROKER_PID")"
         # the header, then "start, end, MB, MB.sec, nMsg, nMsg.sec, rebalance.time.ms,
         # fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec" (MB = MiB here)
         if run_tool "$logf" "${JAVA_TOOL[@]}" -cp "$CP" org.apache.kafka.tools.ConsumerPerformance \
@@ -240,6 +257,8 @@ run_perf() {
                 "$(awk -v x="$fetchmibs" 'BEGIN { printf "%.1f", x * 1.048576 }')" "$load1"
             row "$round" "$b" "$delay" perf "$proto" 1 rebalance_ms "$(tr -d ' ' <<< "$reb")" "$load1"
             row "$round" "$b" "$delay" perf "$proto" 1 records "$(tr -d ' ' <<< "$nmsg")" "$load1"
+            row "$round" "$b" "$delay" perf "$proto" 1 broker_cpu_s \
+                "$(cpu_delta "$cpu0" "$(cpu_s "$BROKER_PID")")" "$load1"
             log "$b consumer-perf-test $proto: $line (load $load1)"
         else
             FAILED=1

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarize scripts/bench/groups.sh results.csv: per (workload, strategy, members, delay,
 metric) the median and min-max of each broker over the rounds, and the Strom/Kafka ratio of the
-medians. For times (…_ms) lower is better, so a ratio below 1 means Strom is ahead; for rates
+medians. For times (…_ms) and broker CPU (broker_cpu_…) lower is better, so a ratio below 1 means Strom is ahead; for rates
 (commits_per_sec, mb_per_sec) higher is better, so a ratio above 1 means Strom is ahead."""
 import csv
 import statistics
@@ -56,7 +56,7 @@ for (w, s, m, d, metric), per in cells.items():
     if "strom" in brokers and "kafka" in brokers:
         if meds.get("strom") and meds.get("kafka"):
             ratio = meds["strom"] / meds["kafka"]
-            lower_better = metric.endswith("_ms")
+            lower_better = metric.endswith("_ms") or metric.startswith("broker_cpu")
             ahead = (ratio < 1) if lower_better else (ratio > 1)
             line += [f"{ratio:.2f}", "Strom" if ahead else "Kafka"]
         else:
