@@ -191,10 +191,11 @@ run_rebalance() {
                 "reb-$s-$n" && res="$(grep '^RESULT' "$logf.out")"; then
                 row "$round" "$b" "$delay" rebalance "$s" "$n" join_ms "$(value join_ms "$res")" "$load1"
                 row "$round" "$b" "$delay" rebalance "$s" "$n" incr_ms "$(value incr_ms "$res")" "$load1"
+                row "$round" "$b" "$delay" rebalance "$s" "$n" join_generation "$(value join_gen "$res")" "$load1"
                 # the broker's CPU over the whole invocation (warm-up, join, +1, leaving)
                 row "$round" "$b" "$delay" rebalance "$s" "$n" broker_cpu_s \
                     "$(cpu_delta "$cpu0" "$(cpu_s "$BROKER_PID")")" "$load1"
-                log "$b delay=$delay rebalance $s x$n: join $(value join_ms "$res") ms, +1 member $(value incr_ms "$res") ms (load $load1)"
+                log "$b delay=$delay rebalance $s x$n: join $(value join_ms "$res") ms (generation $(value join_gen "$res")), +1 member $(value incr_ms "$res") ms (load $load1)"
             else
                 FAILED=1
                 row "$round" "$b" "$delay" rebalance "$s" "$n" join_ms - "$load1"
@@ -220,7 +221,7 @@ run_commit() {
                 done
                 # broker CPU per counted commit; it includes the warm-up and join (small)
                 row "$round" "$b" "$delay" commit "$s" "$n" broker_cpu_us_per_commit \
-                    "$(awk -v c="$cpu" -v n="$(value commits "$res")" 'BEGIN { printf "%.1f", n > 0 ? c * 1e6 / n : 0 }')" "$load1"
+                    "$(awk -v c="$cpu" -v n="$(value commits "$res")" 'BEGIN { printf "%.1f", (n > 0 ? c * 1e6 / n : 0) }')" "$load1"
                 log "$b commit $s x$n: $(value commits_per_sec "$res") commits/s p50 $(value p50_ms "$res") ms p99 $(value p99_ms "$res") ms (load $load1)"
             else
                 FAILED=1

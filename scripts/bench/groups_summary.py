@@ -56,7 +56,8 @@ for (w, s, m, d, metric), per in cells.items():
     if "strom" in brokers and "kafka" in brokers:
         if meds.get("strom") and meds.get("kafka"):
             ratio = meds["strom"] / meds["kafka"]
-            lower_better = metric.endswith("_ms") or metric.startswith("broker_cpu")
+            lower_better = (metric.endswith("_ms") or metric.startswith("broker_cpu")
+                            or metric == "join_generation")
             ahead = (ratio < 1) if lower_better else (ratio > 1)
             line += [f"{ratio:.2f}", "Strom" if ahead else "Kafka"]
         else:

@@ -150,6 +150,7 @@ public class GroupBench {
         final boolean[] consumed;
         long since = 0; // nanoTime when the condition last became true, 0 if it does not hold
         int flaps = 0;  // how often it held and then stopped holding
+        int generation = -1; // the highest generation (classic) / member epoch (consumer) seen
 
         Group(int partitions, int capacity) {
             this.partitions = partitions;
@@ -191,6 +192,10 @@ public class GroupBench {
                 long waitMs = since != 0 ? SETTLE_MS - (now - since) / 1_000_000L : 50;
                 wait(Math.max(1, Math.min(waitMs, 50)));
             }
+        }
+
+        synchronized void generation(int g) {
+            if (g > generation) generation = g;
         }
 
         synchronized String describe() {
@@ -253,6 +258,7 @@ public class GroupBench {
                 while (!stop.get() && !stopPolling) {
                     ConsumerRecords<byte[], byte[]> recs = consumer.poll(Duration.ofMillis(100));
                     if (!recs.isEmpty()) group.update(idx, owned.size(), Boolean.TRUE);
+                    group.generation(consumer.groupMetadata().generationId());
                 }
             } catch (WakeupException e) {
                 // closing
@@ -351,14 +357,18 @@ public class GroupBench {
             long t0 = run.addMembers(n);
             long joined = run.await(t0, "join of " + n);
             double joinMs = (joined - t0) / 1e6;
+            int joinGen = run.group.generation;
             log(String.format("join of %d members (%s): %.1f ms; %s", n, strategy, joinMs,
                     run.group.describe()));
             long t1 = run.addMembers(1);
             long incr = run.await(t1, "member " + (n + 1) + " joining");
             double incrMs = (incr - t1) / 1e6;
+            int incrGen = run.group.generation;
             log(String.format("member %d joins: %.1f ms; %s", n + 1, incrMs, run.group.describe()));
-            System.out.printf("RESULT mode=rebalance members=%d strategy=%s join_ms=%.1f incr_ms=%.1f%n",
-                    n, strategy, joinMs, incrMs);
+            // join_gen: the generation (classic) or highest member epoch (consumer) the group
+            // reached by then; for the classic protocol, how many rebalances the join took
+            System.out.printf("RESULT mode=rebalance members=%d strategy=%s join_ms=%.1f incr_ms=%.1f"
+                    + " join_gen=%d incr_gen=%d%n", n, strategy, joinMs, incrMs, joinGen, incrGen);
         } finally {
             run.close();
         }
