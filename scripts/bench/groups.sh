@@ -131,8 +131,22 @@ start_broker() {
         wait_port "$PORT" "$BROKER_PID"
     else
         PORT="$KAFKA_PORT"
-        BROKER_PID="$(KAFKA_REF_EXTRA_PROPS="group.initial.rebalance.delay.ms=$delay"$'\n' \
-            "$ROOT/scripts/kafka-ref.sh" start "$PORT" "$BROKER_DIR")"
+        local attempt
+        for attempt in 1 2 3; do
+            if BROKER_PID="$(KAFKA_REF_EXTRA_PROPS="group.initial.rebalance.delay.ms=$delay"$'\n' \
+                "$ROOT/scripts/kafka-ref.sh" start "$PORT" "$BROKER_DIR")"; then
+                break
+            fi
+            # seen once under load: the JVM exited at start; keep its logs, retry on a fresh dir
+            log "kafka did not start (attempt $attempt); logs kept in $OUT/kafka-start-failed-r$round-$attempt"
+            mkdir -p "$OUT/kafka-start-failed-r$round-$attempt"
+            cp "$BROKER_DIR"/*.log "$OUT/kafka-start-failed-r$round-$attempt/" 2>/dev/null || true
+            rm -rf "$BROKER_DIR"
+            BROKER_DIR="$(mktemp -d "/tmp/strom-groups-$b-r$round.XXXXXX")"
+            BROKER_PID=""
+            (( attempt < 3 )) || exit 1
+            sleep 5
+        done
         PIDS+=("$BROKER_PID")
     fi
     log "$b started (group.initial.rebalance.delay.ms=$delay): pid $BROKER_PID port $PORT dir $BROKER_DIR"
