@@ -40,21 +40,10 @@ STROM_BIN="${STROM_BIN:-$TARGET_DIR/release/strom}"
 STROM_BEFORE_BIN="${STROM_BEFORE_BIN:-}"
 mkdir -p "$OUT"
 
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do
-        kill -TERM "$p" 2>/dev/null || true
-    done
-    sleep 0.5
-    for p in "${PIDS[@]}"; do
-        kill -KILL "$p" 2>/dev/null || true
-    done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+BENCH_NAME=compare
+# shellcheck source=scripts/bench/lib.sh
+source "$ROOT/scripts/bench/lib.sh"
 
-log() { echo "[compare $(date +%H:%M:%S)] $*" >&2; }
 
 # --- tools ---------------------------------------------------------------------------------
 if [[ -z "${SKIP_BUILD:-}" ]]; then
@@ -90,18 +79,6 @@ echo "round,broker,workload,records_per_sec,mb_per_sec,p50_ms,p99_ms,p999_ms,rss
 BROKER_PID=""
 BROKER_DIR=""
 PORT=""
-
-wait_port() {
-    local port="$1" pid="$2"
-    for _ in $(seq 1 600); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-        kill -0 "$pid" 2>/dev/null || { log "broker $pid exited"; return 1; }
-        sleep 0.1
-    done
-    return 1
-}
-
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 start_broker() {
     local b="$1" round="$2"

@@ -45,23 +45,12 @@ TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 STROM_BIN="${STROM_BIN:-$TARGET_DIR/release/strom}"
 mkdir -p "$OUT"
 
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do
-        kill -TERM "$p" 2>/dev/null || true
-    done
-    sleep 0.5
-    for p in "${PIDS[@]}"; do
-        kill -KILL "$p" 2>/dev/null || true
-    done
-    [[ -n "${BROKER_DIR:-}" ]] && rm -rf "$BROKER_DIR"
-    return 0
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+BENCH_NAME=groups
+remove_broker_dir() { [[ -z "${BROKER_DIR:-}" ]] || rm -rf "$BROKER_DIR"; }
+CLEANUP_EXTRA=remove_broker_dir
+# shellcheck source=scripts/bench/lib.sh
+source "$ROOT/scripts/bench/lib.sh"
 
-log() { echo "[groups $(date +%H:%M:%S)] $*" >&2; }
 
 # --- tools ---------------------------------------------------------------------------------
 if [[ -z "${SKIP_BUILD:-}" ]]; then
@@ -102,18 +91,6 @@ echo "round,broker,delay_ms,workload,strategy,members,metric,value,load1" > "$OU
 BROKER_PID=""
 BROKER_DIR=""
 PORT=""
-
-wait_port() {
-    local port="$1" pid="$2"
-    for _ in $(seq 1 600); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-        kill -0 "$pid" 2>/dev/null || { log "broker $pid exited"; return 1; }
-        sleep 0.1
-    done
-    return 1
-}
-
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 start_broker() {
     local b="$1" round="$2" delay="$3"
