@@ -154,6 +154,21 @@ def test_static_restart_with_rebalance_is_reported():
     assert "static restart of s1: o went from generation 5 to 6 at 26" in text
 
 
+def test_a_close_revocation_in_the_last_millisecond_of_a_static_restart_is_not_a_rebalance():
+    # The run ends right after the restart's window: another member's close (which revokes
+    # everything it holds) may land in the window's last millisecond.
+    ev = produced(1, partitions=(0, 1))
+    ev += [assigned("s1", [0], 10, gen=5), rec("s1", 0, 0, 11, gen=5), commit("s1", 0, 1, 12),
+           {"ev": "closing", "member": "s1", "ts": 20}]
+    ev += [assigned("o", [1], 10, gen=5), rec("o", 1, 0, 11, gen=5), commit("o", 1, 1, 12),
+           {"ev": "closing", "member": "o", "ts": 40}, revoked("o", [1], 40)]
+    ev += [assigned("s1#2", [0], 30, gen=5),
+           {"ev": "static_restart", "old": "s1", "new": "s1#2", "from_ts": 20, "to_ts": 40}]
+    ev += ends({"0": 1, "1": 1})
+    rep, text = errors(ev)
+    assert rep.ok, text
+
+
 def test_load_run_reads_all_reports(tmp_path):
     ev = clean_run()
     for name in ("orchestrator", "a", "b"):
