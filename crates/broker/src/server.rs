@@ -514,12 +514,7 @@ async fn wait_until_unfenced(broker: &Broker) {
     let node = broker.config.node_id;
     let mut published = broker.metadata_loader.published();
     loop {
-        let unfenced = broker
-            .metadata
-            .read()
-            .brokers
-            .get(&node)
-            .is_some_and(|b| !b.fenced);
+        let unfenced = broker.image().brokers.get(&node).is_some_and(|b| !b.fenced);
         if unfenced {
             return;
         }
