@@ -70,12 +70,8 @@ fn broker() -> Option<Kafka> {
         eprintln!("skipping: {why}");
         return None;
     }
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        drop(l);
-        p
-    };
+    // The controller listens on port + 1.
+    let port = common::free_port_with(true);
     let dir = tempfile::Builder::new()
         .prefix("group-consumer-kafka-")
         .tempdir()

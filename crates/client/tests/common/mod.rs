@@ -42,10 +42,7 @@ impl Broker {
             .prefix("strom-client-it-")
             .tempdir()
             .unwrap();
-        let port = {
-            let l = TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
+        let port = free_port();
         let mut cmd = Command::new(&bin);
         cmd.arg("server")
             .arg("--listen")
@@ -171,4 +168,31 @@ pub fn dump_log(log: &std::path::Path) -> Vec<DumpedBatch> {
             DumpedBatch(m)
         })
         .collect()
+}
+
+/// A loopback port that was free a moment ago, below Linux's ephemeral range (32768+): a port
+/// the OS hands out for `:0` can be taken by any outgoing connection of a concurrent test before
+/// the broker binds it. `pair` also needs `port + 1` free (Kafka's controller listener in
+/// `scripts/kafka-ref.sh`). Ports are handed out from a per-process starting point.
+pub fn free_port_with(pair: bool) -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = (std::process::id() % 600) * 20 + 7;
+    for _ in 0..SPAN {
+        let port = (LOW + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN) as u16;
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && (!pair || free(port + 1)) {
+            if pair {
+                NEXT.fetch_add(1, Ordering::Relaxed);
+            }
+            return port;
+        }
+    }
+    panic!("no free loopback port below the ephemeral range");
+}
+
+pub fn free_port() -> u16 {
+    free_port_with(false)
 }
