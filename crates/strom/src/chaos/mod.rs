@@ -10,9 +10,13 @@
 //! `strom chaos nemesis` is the Jepsen-style run: producers and consumers while a seeded
 //! nemesis kills, pauses and (with `--net`) partitions nodes, then a check of every
 //! acknowledged record, of what consumers saw, and of replica agreement.
+//!
+//! `strom chaos copier` is Kafka's own transactions system test: transactional copiers under
+//! broker and copier SIGKILLs, checked for exactly-once output and no aborted read.
 
 mod cluster;
 mod compare;
+mod copier;
 mod kafka_cluster;
 mod leader_kill;
 mod nemesis;
@@ -40,6 +44,11 @@ pub enum ChaosCommand {
     /// Jepsen-style: producers and consumers while a seeded nemesis kills, pauses and (with
     /// --net) partitions nodes; then check every acknowledged record and replica agreement.
     Nemesis(NemesisArgs),
+    /// Kafka's transactions system test: TransactionalMessageCopier instances copy an input
+    /// topic to an output topic in transactions while brokers and copiers are SIGKILLed; the
+    /// output must equal the input, without duplicates, in order, and read_committed readers
+    /// never see an aborted record.
+    Copier(copier::CopierArgs),
 }
 
 pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
@@ -47,5 +56,6 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
         ChaosCommand::LeaderKill(a) => leader_kill::run(a).await,
         ChaosCommand::Compare(a) => compare::run(a).await,
         ChaosCommand::Nemesis(a) => nemesis::run(a).await,
+        ChaosCommand::Copier(a) => copier::run(a).await,
     }
 }
