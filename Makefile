@@ -76,15 +76,16 @@ $(VENV)/.installed: tests/python/requirements.txt
 	@touch $@
 
 test-python: $(STROM_DEP) kcat venv
-	STROM_REQUIRE_KCAT=1 $(VENV)/bin/python -m pytest tests/python --ignore-glob='tests/python/test_groups_*'
+	STROM_REQUIRE_KCAT=1 $(VENV)/bin/python -m pytest tests/python --ignore-glob='tests/python/test_groups_*' --ignore=tests/python/test_txn_matrix.py
 
 # the client harnesses' dependencies (Go modules, npm packages) and the Kafka jars for Java's
 groups-deps: kafka-ref-fetch
 	cd tests/groups/go && go mod download
+	cd tests/txn/go && go mod download
 	npm ci --prefix tests/groups/node --no-audit --no-fund --loglevel=error
 
 test-groups: $(STROM_DEP) venv groups-deps
-	$(VENV)/bin/python -m pytest tests/python/test_groups_checker.py tests/python/test_groups_matrix.py \
+	$(VENV)/bin/python -m pytest tests/python/test_groups_checker.py tests/python/test_groups_matrix.py tests/python/test_txn_matrix.py \
 	  -rA -o log_level=WARNING --durations=0
 
 test-java: $(STROM_DEP)
