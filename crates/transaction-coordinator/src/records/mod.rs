@@ -179,5 +179,28 @@ impl TxnLogRecord {
     }
 }
 
+impl CoordinatorRecord {
+    /// The key and value as Kafka's `kafka-dump-log --transaction-log-decoder` prints them:
+    /// `{"type":"0","data":KEY}` and `{"version":"V","data":VALUE}` (or `<DELETE>` for a
+    /// tombstone), the value's status written as the state's name.
+    pub fn dump_json(&self) -> (String, String) {
+        let CoordinatorRecord::TransactionLog(k, v) = self;
+        let key = format!("{{\"type\":\"0\",\"data\":{}}}", k.to_json(0));
+        let value = match v {
+            None => "<DELETE>".to_string(),
+            Some((ver, m)) => {
+                let status = format!("\"transactionStatus\":{}", m.transaction_status);
+                let named = match TransactionState::from_id(m.transaction_status) {
+                    Some(s) => format!("\"transactionStatus\":\"{}\"", s.name()),
+                    None => status.clone(),
+                };
+                let data = m.to_json(*ver).replacen(&status, &named, 1);
+                format!("{{\"version\":\"{ver}\",\"data\":{data}}}")
+            }
+        };
+        (key, value)
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests;
