@@ -326,3 +326,7 @@ impl MarkerChannel for BrokerMarkerChannel {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "transactions_tests.rs"]
+mod tests;
