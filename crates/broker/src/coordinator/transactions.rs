@@ -37,6 +37,28 @@ use crate::partition::HighWatermarkListener;
 use crate::producer_ids::ProducerIdManager;
 use crate::replica_manager::ReplicaManager;
 
+/// The transaction coordinator's broker settings with Kafka 4.4's types (3 INT, 4 SHORT) and
+/// defaults (`TransactionLogConfig`, `TransactionStateManagerConfig`; equal to
+/// `TransactionCoordinatorConfig::default()`), for DescribeConfigs of the broker.
+pub const BROKER_CONFIGS: &[(&str, i8, &str)] = &[
+    (
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        3,
+        "10000",
+    ),
+    ("transaction.max.timeout.ms", 3, "900000"),
+    (
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        3,
+        "3600000",
+    ),
+    ("transaction.state.log.min.isr", 3, "2"),
+    ("transaction.state.log.num.partitions", 3, "50"),
+    ("transaction.state.log.replication.factor", 4, "3"),
+    ("transaction.state.log.segment.bytes", 3, "104857600"),
+    ("transactional.id.expiration.ms", 3, "604800000"),
+];
+
 /// WriteTxnMarkers' only version.
 const WRITE_TXN_MARKERS_VERSION: i16 = 1;
 

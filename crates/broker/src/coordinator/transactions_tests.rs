@@ -296,3 +296,15 @@ async fn send_markers_retries_until_every_partition_has_its_marker() {
     .await;
     assert!(matches!(r, SendOutcome::Abandoned(_)), "{r:?}");
 }
+
+/// The defaults DescribeConfigs shows are the ones the coordinator runs with.
+#[test]
+fn described_defaults_are_the_coordinators_defaults() {
+    let props: BTreeMap<String, String> = super::BROKER_CONFIGS
+        .iter()
+        .map(|(k, _, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let c = strom_transaction_coordinator::config::TransactionCoordinatorConfig::from_props(&props);
+    let d = strom_transaction_coordinator::config::TransactionCoordinatorConfig::default();
+    assert_eq!(format!("{c:?}"), format!("{d:?}"));
+}
