@@ -17,6 +17,7 @@
 //! [`on_high_watermark`]: TransactionCoordinatorService::on_high_watermark
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -66,6 +67,10 @@ pub struct TransactionCoordinatorService {
     producer_ids: Arc<dyn ProducerIdSource>,
     markers: Arc<dyn MarkerChannel>,
     completions: mpsc::UnboundedSender<PendingCompletion>,
+    /// The partition count of `__transaction_state`: the configured one until the topic
+    /// exists, then the topic's own (Kafka's `transactionTopicPartitionCount`), so ids keep
+    /// their partition whatever the configuration says later.
+    partition_count: AtomicI32,
 }
 
 impl TransactionCoordinatorService {
@@ -105,6 +110,7 @@ impl TransactionCoordinatorService {
         // No write timeout: a Prepare state that commits late must still get its markers,
         // which the completion loop only learns of from the write's answer.
         let service = Arc::new(Self {
+            partition_count: AtomicI32::new(config.transaction_state_log_num_partitions),
             config,
             runtime,
             producer_ids,
@@ -123,8 +129,15 @@ impl TransactionCoordinatorService {
     pub fn partition_for(&self, transactional_id: &str) -> i32 {
         partition_for(
             transactional_id,
-            self.config.transaction_state_log_num_partitions,
+            self.partition_count.load(Ordering::Relaxed),
         )
+    }
+
+    /// `__transaction_state` exists with `count` partitions.
+    pub fn set_partition_count(&self, count: i32) {
+        if count > 0 {
+            self.partition_count.store(count, Ordering::Relaxed);
+        }
     }
 
     fn topic_partition(&self, transactional_id: &str) -> TopicPartition {

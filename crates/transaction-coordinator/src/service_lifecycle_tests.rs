@@ -114,3 +114,23 @@ async fn markers_stop_when_the_partition_moves_and_the_next_coordinator_complete
     e.wait_state(ID, "CompleteAbort").await;
     assert_eq!(e.markers.sent.lock().last().unwrap().coordinator_epoch, 6);
 }
+
+#[tokio::test]
+async fn ids_are_routed_by_the_topics_partition_count() {
+    let e = env_with(
+        TransactionCoordinatorConfig {
+            transaction_state_log_num_partitions: 50,
+            ..config()
+        },
+        MemPartitions::new(),
+    )
+    .await;
+    assert_eq!(
+        e.svc.partition_for("my-group"),
+        partition_for("my-group", 50)
+    );
+    // The topic exists with one partition (created before the setting changed).
+    e.svc.set_partition_count(1);
+    assert_eq!(e.svc.partition_for("my-group"), 0);
+    assert_eq!(e.init("my-group", None, 4).await.error_code, 0);
+}

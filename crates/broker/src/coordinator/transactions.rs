@@ -170,6 +170,9 @@ impl MetadataPublisher for TransactionCoordinatorPublisher {
     }
 
     fn on_metadata_update(&self, delta: &MetadataDelta, image: &Arc<MetadataImage>) {
+        if let Some(t) = image.topic(TRANSACTION_STATE_TOPIC_NAME) {
+            self.service.set_partition_count(t.partitions.len() as i32);
+        }
         let changes = delta.local_changes(self.node_id, image);
         for p in changes
             .leaders
