@@ -98,6 +98,15 @@ const KNOWN_BROKER_KEYS: &[&str] = &[
     "group.consumer.max.size",
     "group.consumer.assignors",
     "group.consumer.migration.policy",
+    // The transaction coordinator's (read by `TransactionCoordinatorConfig::from_props`).
+    "transaction.state.log.num.partitions",
+    "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr",
+    "transaction.state.log.segment.bytes",
+    "transaction.max.timeout.ms",
+    "transactional.id.expiration.ms",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+    "transaction.remove.expired.transaction.cleanup.interval.ms",
 ];
 
 #[derive(Debug, Clone)]

@@ -36,6 +36,8 @@ pub enum Channel {
     /// Forwarded admin requests (Envelope), auto-creation, AllocateProducerIds,
     /// AssignReplicasToDirs.
     ControllerForwarding,
+    /// WriteTxnMarkers from this broker's transaction coordinator to partition leaders.
+    TxnMarkers,
 }
 
 impl Channel {
@@ -45,6 +47,7 @@ impl Channel {
             Channel::ControllerLifecycle => "lifecycle",
             Channel::ControllerAlterPartition => "alter-partition",
             Channel::ControllerForwarding => "forwarding",
+            Channel::TxnMarkers => "txn-markers",
         }
     }
 }

@@ -62,7 +62,7 @@ pub struct Broker {
     pub cluster_id: String,
     pub controller: Arc<QuorumController>,
     pub replica_manager: Arc<ReplicaManager>,
-    pub producer_ids: ProducerIdManager,
+    pub producer_ids: Arc<ProducerIdManager>,
     pub channel: Arc<ControllerChannel>,
     metadata: Arc<RwLock<Arc<MetadataImage>>>,
     pub metadata_loader: Arc<MetadataLoader>,
@@ -70,6 +70,9 @@ pub struct Broker {
     pub inter_broker: Arc<InterBrokerClient>,
     /// The group coordinator: shards for the `__consumer_offsets` partitions this broker leads.
     pub group_coordinator: Arc<strom_group_coordinator::GroupCoordinatorService>,
+    /// The transaction coordinator: shards for the `__transaction_state` partitions this
+    /// broker leads.
+    pub transaction_coordinator: Arc<strom_transaction_coordinator::TransactionCoordinatorService>,
     /// Requests being handled, so that shutdown closes the logs only after the last of them
     /// (no append after the clean-shutdown marker).
     pub(crate) in_flight: crate::connection::InFlight,
@@ -339,6 +342,27 @@ impl Server {
             group_coordinator.clone(),
             replica_manager.clone(),
         ));
+        // The transaction coordinator likewise; its markers go to partition leaders over a
+        // channel of their own.
+        let producer_ids = Arc::new(ProducerIdManager::new(channel.clone()));
+        let transaction_coordinator =
+            crate::coordinator::transactions::start_transaction_coordinator(
+                &config.props,
+                &replica_manager,
+                producer_ids.clone(),
+                crate::coordinator::transactions::BrokerMarkerChannel::new(
+                    metadata.clone(),
+                    inter_broker.clone(),
+                    std::time::Duration::from_secs(30),
+                ),
+            );
+        metadata_loader.install(
+            crate::coordinator::transactions::TransactionCoordinatorPublisher::new(
+                config.node_id,
+                transaction_coordinator.clone(),
+                replica_manager.clone(),
+            ),
+        );
         controller.set_publisher(metadata_loader.sink());
         if config.controller_quorum.is_none() {
             metadata_loader.caught_up().await;
@@ -369,7 +393,7 @@ impl Server {
             "strom broker started"
         );
         let broker = Arc::new(Broker {
-            producer_ids: ProducerIdManager::new(channel.clone()),
+            producer_ids,
             channel,
             config,
             cluster_id,
@@ -379,6 +403,7 @@ impl Server {
             metadata_loader,
             inter_broker,
             group_coordinator,
+            transaction_coordinator,
             in_flight: crate::connection::InFlight::default(),
         });
         // Kafka connections on the controller listener wait for this.
@@ -488,6 +513,11 @@ impl Server {
         // shard appends once the logs close.
         for (partition, _) in self.broker.group_coordinator.partitions() {
             self.broker.group_coordinator.on_resigned(partition, None);
+        }
+        for (partition, _) in self.broker.transaction_coordinator.partitions() {
+            self.broker
+                .transaction_coordinator
+                .on_resigned(partition, None);
         }
         // Connections take no new request once stopped; wait for the ones being handled (a
         // long-poll fetch or an acks=all produce ends at its own timeout; bounded anyway).

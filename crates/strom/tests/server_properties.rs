@@ -228,20 +228,19 @@ fn kafka_server_properties_start_a_working_node() {
         .lines()
         .find(|l| l.contains("were supplied but are not used yet."))
         .unwrap_or_else(|| panic!("no unused-configs line in:\n{log}"));
-    for key in [
-        "num.network.threads",
-        "num.io.threads",
-        "transaction.state.log.replication.factor",
-    ] {
+    for key in ["num.network.threads", "num.io.threads"] {
         assert!(line.contains(key), "{key} not named in: {line}");
     }
-    // The group coordinator reads offsets.topic.replication.factor (for `__consumer_offsets`).
+    // The group coordinator reads offsets.topic.replication.factor (for `__consumer_offsets`),
+    // the transaction coordinator transaction.state.log.* (for `__transaction_state`).
     for key in [
         "listeners",
         "node.id",
         "process.roles",
         "log.segment.bytes",
         "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
     ] {
         assert!(
             !line.contains(&format!("[{key},")) && !line.contains(&format!(" {key},")),

@@ -9,6 +9,7 @@
 pub mod partitions;
 #[cfg(test)]
 mod tests;
+pub mod transactions;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

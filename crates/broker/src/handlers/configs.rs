@@ -90,15 +90,18 @@ pub fn describe_configs(
                             .with_error_code(ErrorCode::InvalidRequest.code())
                             .with_error_message(Some(str_bytes("Unexpected broker id")));
                     }
-                    // The properties set, plus the group coordinator's settings at their
-                    // defaults (typed as Kafka types them).
+                    // The properties set, plus the group and transaction coordinators'
+                    // settings at their defaults (typed as Kafka types them).
                     let mut all: BTreeMap<&str, (&str, ConfigSource, i8)> = broker
                         .config
                         .props
                         .iter()
                         .map(|(k, v)| (k.as_str(), (v.as_str(), ConfigSource::StaticBroker, 2)))
                         .collect();
-                    for &(k, ty, default) in crate::coordinator::BROKER_CONFIGS {
+                    for &(k, ty, default) in crate::coordinator::BROKER_CONFIGS
+                        .iter()
+                        .chain(crate::coordinator::transactions::BROKER_CONFIGS)
+                    {
                         all.entry(k).and_modify(|e| e.2 = ty).or_insert((
                             default,
                             ConfigSource::Default,

@@ -1,8 +1,8 @@
 //! FindCoordinator v0-v6 (Kafka's `KafkaApis.getCoordinator`): the leader of the key's
 //! internal partition, from this broker's metadata image. The first request for a group finds
 //! no `__consumer_offsets`, has it created and answers COORDINATOR_NOT_AVAILABLE (the client
-//! retries, as against Kafka). No transaction coordinator exists yet: TRANSACTION keys get
-//! COORDINATOR_NOT_AVAILABLE; an unknown key type is INVALID_REQUEST.
+//! retries, as against Kafka). A TRANSACTION key is found the same way on `__transaction_state`
+//! (created on first use); an unknown key type is INVALID_REQUEST.
 
 use std::sync::Arc;
 
@@ -10,6 +10,7 @@ use strom_group_coordinator::topic::GROUP_METADATA_TOPIC_NAME;
 use strom_protocol::kafka::messages::find_coordinator_response::Coordinator;
 use strom_protocol::kafka::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 use strom_protocol::ErrorCode;
+use strom_transaction_coordinator::config::TRANSACTION_STATE_TOPIC_NAME;
 
 use super::str_bytes;
 use crate::server::Broker;
@@ -91,23 +92,33 @@ fn kafka_message(code: ErrorCode) -> String {
 
 /// One answer per key, in order.
 async fn find(broker: &Arc<Broker>, key_type: i8, keys: &[String]) -> Vec<Found> {
-    match key_type {
-        KEY_TYPE_GROUP => {}
-        KEY_TYPE_TRANSACTION => return vec![Err(ErrorCode::CoordinatorNotAvailable); keys.len()],
-        _ => return vec![Err(ErrorCode::InvalidRequest); keys.len()],
-    }
     let image = broker.image();
-    let Some(topic) = image.topic(GROUP_METADATA_TOPIC_NAME) else {
+    let topic_name = match key_type {
+        KEY_TYPE_GROUP => GROUP_METADATA_TOPIC_NAME,
+        KEY_TYPE_TRANSACTION => TRANSACTION_STATE_TOPIC_NAME,
+        _ => return vec![Err(ErrorCode::InvalidRequest); keys.len()],
+    };
+    let Some(topic) = image.topic(topic_name) else {
         if !keys.is_empty() {
-            let spec =
-                crate::coordinator::offsets_topic_spec(broker.group_coordinator.config(), &image);
+            let spec = if key_type == KEY_TYPE_TRANSACTION {
+                crate::coordinator::transactions::transaction_state_topic_spec(
+                    broker.transaction_coordinator.config(),
+                    &image,
+                )
+            } else {
+                crate::coordinator::offsets_topic_spec(broker.group_coordinator.config(), &image)
+            };
             broker.create_topics(&[spec]).await;
         }
         return vec![Err(ErrorCode::CoordinatorNotAvailable); keys.len()];
     };
     keys.iter()
         .map(|key| {
-            let p = broker.group_coordinator.partition_for(key);
+            let p = if key_type == KEY_TYPE_TRANSACTION {
+                broker.transaction_coordinator.partition_for(key)
+            } else {
+                broker.group_coordinator.partition_for(key)
+            };
             topic
                 .partitions
                 .get(&p)
@@ -185,12 +196,35 @@ mod tests {
             .map(|c| (c.key.as_str(), c.node_id.0, c.error_code))
             .collect();
         assert_eq!(keys, vec![("a", 1, 0), ("b", 1, 0)]);
-        // No transaction coordinator yet; an unknown key type is the client's fault.
+        // A transactional id: the first request creates __transaction_state (compacted,
+        // min.insync.replicas as far as one replica allows), then its leader is named.
         let r = handle(&b, request(1, &["tx"]), 6).await;
         assert_eq!(
             r.coordinators[0].error_code,
             ErrorCode::CoordinatorNotAvailable.code()
         );
+        let topic = b
+            .image()
+            .topic(TRANSACTION_STATE_TOPIC_NAME)
+            .cloned()
+            .unwrap();
+        assert_eq!(topic.partitions.len(), 50);
+        assert!(topic.partitions.values().all(|p| p.replicas == vec![1]));
+        let configs = &topic.configs;
+        assert_eq!(
+            configs.get("cleanup.policy").map(String::as_str),
+            Some("compact")
+        );
+        assert_eq!(
+            configs.get("min.insync.replicas").map(String::as_str),
+            Some("1")
+        );
+        let r = handle(&b, request(1, &["tx"]), 6).await;
+        assert_eq!(
+            (r.coordinators[0].error_code, r.coordinators[0].node_id.0),
+            (0, 1)
+        );
+        // An unknown key type is the client's fault.
         let r = handle(&b, request(9, &["x", "y"]), 6).await;
         assert!(r
             .coordinators

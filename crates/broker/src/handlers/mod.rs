@@ -25,6 +25,7 @@ mod purgatory_tests;
 mod reassignments;
 pub mod registry;
 mod topics;
+mod transactions;
 
 use std::sync::Arc;
 

@@ -279,7 +279,54 @@ pub static REGISTRY: &[ApiEntry] = &[
         BROKER,
         forward = false,
         InitProducerIdRequest,
-        |b, ctx, req, v| init_producer_id::handle(b, req).await
+        |b, ctx, req, v| init_producer_id::handle(b, req, v).await
+    ),
+    // The transaction coordinator's APIs at Kafka 4.4's ranges (InitProducerId above; its
+    // v6, two-phase commit, is not decoded by the generated structs).
+    api!(
+        AddPartitionsToTxn,
+        0,
+        5,
+        BROKER,
+        forward = false,
+        AddPartitionsToTxnRequest,
+        |b, ctx, req, v| transactions::add_partitions_to_txn(b, req, v).await
+    ),
+    api!(
+        AddOffsetsToTxn,
+        0,
+        4,
+        BROKER,
+        forward = false,
+        AddOffsetsToTxnRequest,
+        |b, ctx, req, v| transactions::add_offsets_to_txn(b, req, v).await
+    ),
+    api!(
+        EndTxn,
+        0,
+        5,
+        BROKER,
+        forward = false,
+        EndTxnRequest,
+        |b, ctx, req, v| transactions::end_txn(b, req, v).await
+    ),
+    api!(
+        DescribeTransactions,
+        0,
+        0,
+        BROKER,
+        forward = false,
+        DescribeTransactionsRequest,
+        |b, ctx, req, v| transactions::describe_transactions(b, req).await
+    ),
+    api!(
+        ListTransactions,
+        0,
+        2,
+        BROKER,
+        forward = false,
+        ListTransactionsRequest,
+        |b, ctx, req, v| transactions::list_transactions(b, req).await
     ),
     api!(
         OffsetForLeaderEpoch,
