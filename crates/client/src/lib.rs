@@ -41,6 +41,7 @@ pub mod producer;
 mod producer_batch;
 mod producer_config;
 mod producer_partitioning;
+pub mod read_committed;
 pub mod versions;
 
 pub use admin::{Admin, ConfigEntry, NewTopic, TopicDescription};
