@@ -42,6 +42,8 @@ mod producer_batch;
 mod producer_config;
 mod producer_partitioning;
 pub mod read_committed;
+pub mod transactions;
+pub mod txn_requests;
 pub mod versions;
 
 pub use admin::{Admin, ConfigEntry, NewTopic, TopicDescription};

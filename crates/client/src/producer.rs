@@ -36,6 +36,7 @@ pub use crate::producer_config::*;
 enum Command {
     Send(ProducerRecord, Delivery),
     Flush(oneshot::Sender<()>),
+    Txn(txn::TxnCommand),
 }
 
 enum Event {
@@ -48,6 +49,7 @@ enum Event {
         batches: Vec<ProducerBatch>,
         result: Result<Option<ProduceResponse>>,
     },
+    Txn(txn::TxnEvent),
 }
 
 /// The producer handle. Cloning shares the same background task.
@@ -57,6 +59,7 @@ pub struct Producer {
     producer_id: Arc<Mutex<ProducerIdAndEpoch>>,
     idempotent: bool,
     retries: Arc<AtomicU64>,
+    txn_state: Arc<Mutex<Option<crate::transactions::TxnState>>>,
     _task: Arc<TaskGuard>,
 }
 
@@ -102,7 +105,20 @@ impl Producer {
         let producer_id = Arc::new(Mutex::new(ProducerIdAndEpoch::NONE));
         let retries = Arc::new(AtomicU64::new(0));
         let partitioning = Partitioning::new(&config);
+        let txn_state = Arc::new(Mutex::new(None));
+        let txn = config.transactional_id.clone().map(|id| {
+            let env = crate::txn_requests::TxnEnv::new(
+                client.clone(),
+                id,
+                config.transaction_timeout.as_millis().min(i32::MAX as u128) as i32,
+                config.retry_backoff,
+                config.max_block,
+            );
+            txn::TxnDriver::new(env, txn_state.clone())
+        });
+        let transactional = txn.is_some();
         let state = State {
+            txn,
             retried: retries.clone(),
             client,
             guarantee_order: config.max_in_flight == 1,
@@ -120,7 +136,11 @@ impl Producer {
             next_batch_id: 0,
             events: etx,
             closing: false,
-            tm: idempotent.then(TransactionManager::new),
+            tm: idempotent.then(|| {
+                let mut tm = TransactionManager::new();
+                tm.set_transactional(transactional);
+                tm
+            }),
             fatal: None,
             init_attempt: 0,
             shared_pid: producer_id.clone(),
@@ -131,6 +151,7 @@ impl Producer {
             producer_id,
             idempotent,
             retries,
+            txn_state,
             _task: Arc::new(TaskGuard(Some(task))),
         })
     }
@@ -220,6 +241,8 @@ struct PartitionResult {
 }
 
 struct State {
+    /// The transactional side; `None` without `transactional.id`.
+    txn: Option<txn::TxnDriver>,
     client: Client,
     config: ProducerConfig,
     /// `max.in.flight.requests.per.connection=1`: a partition is muted while it has a batch in
@@ -263,6 +286,7 @@ impl State {
         loop {
             self.maybe_init_producer_id();
             self.drain();
+            self.drive_txn();
             self.check_flush();
             if self.closing && self.is_idle() {
                 return;
@@ -309,20 +333,22 @@ impl State {
     }
 
     fn flushing(&self) -> bool {
-        self.closing || !self.flush_waiters.is_empty()
+        self.closing || !self.flush_waiters.is_empty() || self.txn_completing()
     }
 
     fn handle_command(&mut self, c: Command) {
         match c {
             Command::Send(rec, d) => self.append(rec, d, Instant::now()),
             Command::Flush(w) => self.flush_waiters.push(w),
+            Command::Txn(c) => self.handle_txn_command(c),
         }
     }
 
     /// Kafka's Sender.runOnce prologue: resolve sequences, bump the epoch when requested and
     /// send InitProducerId when there is no producer id.
     fn maybe_init_producer_id(&mut self) {
-        if self.fatal.is_some() {
+        if self.fatal.is_some() || self.txn.is_some() {
+            // A transactional producer gets its id from init_transactions.
             return;
         }
         let Some(tm) = self.tm.as_mut() else { return };
@@ -417,6 +443,10 @@ impl State {
         };
         let (partition, sticky) = partition;
         let key = (rec.topic.clone(), partition);
+        if let Err(e) = self.txn_add_partition(&key) {
+            let _ = d.send(Err(e));
+            return;
+        }
         let batch_size = self.config.batch_size;
         let q = self.queues.entry(key).or_default();
         let before: usize = q.iter().map(|b| b.size()).sum();
@@ -432,6 +462,7 @@ impl State {
         }
         if let Some((rec, d)) = pending {
             let mut b = ProducerBatch::new(&rec.topic, partition, self.next_batch_id);
+            b.transactional = self.txn.is_some();
             b.created = enqueued;
             self.next_batch_id += 1;
             let _ = b.try_append(rec, d, batch_size);
@@ -510,6 +541,7 @@ impl State {
                 }
             }
             Event::ProducerId(r) => self.handle_producer_id(r),
+            Event::Txn(ev) => self.handle_txn_event(ev),
             Event::Produced {
                 node,
                 conn,
@@ -691,6 +723,7 @@ impl State {
             tm.handle_failed_batch(&tp, &b, e, adjust_sequence_numbers);
         }
         b.fail(e);
+        self.txn_batch_failed(e);
     }
 
     /// Kafka's `RecordAccumulator.reenqueue`: with idempotence the batch goes back in sequence
@@ -808,7 +841,10 @@ impl State {
         let mut need_md = Vec::new();
         for (key, q) in self.queues.iter() {
             let Some(b) = q.front() else { continue };
-            if b.retry_at.is_some_and(|t| t > now) || self.muted.contains(key) {
+            if b.retry_at.is_some_and(|t| t > now)
+                || self.muted.contains(key)
+                || !self.txn_send_allowed(key)
+            {
                 continue;
             }
             let ready = b.full || flushing || b.created + self.config.linger <= now || q.len() > 1;
@@ -912,6 +948,7 @@ impl State {
                 }
             }
             b.fail(&Error::DeliveryTimeout(timeout.as_millis() as u64));
+            self.txn_batch_failed(&Error::DeliveryTimeout(timeout.as_millis() as u64));
         }
     }
 
@@ -945,7 +982,7 @@ impl State {
         req.timeout_ms = timeout_ms;
         req.topic_data = topics;
         let version = match conn.version_for(ApiKey::Produce) {
-            Ok(v) => v,
+            Ok(v) => v.min(self.txn_max_produce_version()),
             Err(e) => {
                 let _ = events.send(Event::Produced {
                     node,
@@ -989,6 +1026,9 @@ impl State {
         }
     }
 }
+
+#[path = "producer_txn.rs"]
+mod txn;
 
 #[cfg(test)]
 #[path = "producer_tests.rs"]
