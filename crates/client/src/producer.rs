@@ -338,7 +338,12 @@ impl State {
 
     fn handle_command(&mut self, c: Command) {
         match c {
-            Command::Send(rec, d) => self.append(rec, d, Instant::now()),
+            Command::Send(rec, d) => match self.txn_check_send(&rec.topic) {
+                Ok(()) => self.append(rec, d, Instant::now()),
+                Err(e) => {
+                    let _ = d.send(Err(e));
+                }
+            },
             Command::Flush(w) => self.flush_waiters.push(w),
             Command::Txn(c) => self.handle_txn_command(c),
         }
@@ -981,6 +986,11 @@ impl State {
         req.acks = acks;
         req.timeout_ms = timeout_ms;
         req.topic_data = topics;
+        // The broker authorizes transactional batches by this id.
+        req.transactional_id =
+            self.config.transactional_id.clone().map(|id| {
+                strom_protocol::kafka::messages::TransactionalId(StrBytes::from_string(id))
+            });
         let version = match conn.version_for(ApiKey::Produce) {
             Ok(v) => v.min(self.txn_max_produce_version()),
             Err(e) => {

@@ -51,13 +51,11 @@ pub(crate) struct TxnDriver {
     offsets_reply: Option<Reply>,
     /// `Some(commit)` while commit/abort waits for the batches, then for EndTxn.
     ending: Option<(bool, Reply)>,
-    shared_state: Arc<Mutex<Option<TxnState>>>,
 }
 
 impl TxnDriver {
     pub(crate) fn new(env: TxnEnv, shared_state: Arc<Mutex<Option<TxnState>>>) -> Self {
-        let tm = Transactions::new(env.transactional_id.clone());
-        *shared_state.lock().unwrap() = Some(tm.state());
+        let tm = Transactions::new(env.transactional_id.clone()).with_observer(shared_state);
         TxnDriver {
             tm,
             env,
@@ -66,7 +64,6 @@ impl TxnDriver {
             offsets_queue: VecDeque::new(),
             offsets_reply: None,
             ending: None,
-            shared_state,
         }
     }
 
@@ -157,11 +154,20 @@ impl State {
         }
     }
 
-    /// Java's `maybeAddPartition` for a record about to be appended to `tp`.
-    pub(super) fn txn_add_partition(&mut self, tp: &Tp) -> Result<()> {
+    /// Java's `maybeAddPartition` checks, when `send` is called.
+    pub(super) fn txn_check_send(&self, topic: &str) -> Result<()> {
         let has_pid = self.tm.as_ref().is_some_and(|t| t.has_producer_id());
+        match self.txn.as_ref() {
+            Some(d) => d.tm.check_send(topic, has_pid),
+            None => Ok(()),
+        }
+    }
+
+    /// Adds `tp` to the transaction for a record accepted by `txn_check_send`, about to be
+    /// appended.
+    pub(super) fn txn_add_partition(&mut self, tp: &Tp) -> Result<()> {
         match self.txn.as_mut() {
-            Some(d) => d.tm.maybe_add_partition(tp, has_pid),
+            Some(d) => d.tm.add_accepted_partition(tp),
             None => Ok(()),
         }
     }
@@ -269,7 +275,6 @@ impl State {
             .map_or(ProducerIdAndEpoch::NONE, |t| t.producer_id_and_epoch());
         let events = self.events.clone();
         let Some(d) = self.txn.as_mut() else { return };
-        *d.shared_state.lock().unwrap() = Some(d.tm.state());
         if d.in_flight || d.tm.has_fatal_error() {
             return;
         }

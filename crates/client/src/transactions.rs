@@ -12,6 +12,7 @@
 //! (see `producer_txn.rs`); everything here is synchronous so the rules can be unit tested.
 
 use std::collections::{BTreeSet, HashSet};
+use std::sync::{Arc, Mutex};
 
 use strom_protocol::ErrorCode;
 
@@ -103,6 +104,9 @@ pub struct Transactions {
     /// it needs an EndTxn.
     transaction_started: bool,
     epoch_bump_required: bool,
+    /// Where every new state is published (read by `Producer::transaction_state`), written
+    /// before any caller is answered.
+    observer: Option<Arc<Mutex<Option<TxnState>>>>,
 }
 
 impl Transactions {
@@ -117,7 +121,15 @@ impl Transactions {
             pending_partitions: BTreeSet::new(),
             transaction_started: false,
             epoch_bump_required: false,
+            observer: None,
         }
+    }
+
+    /// Publishes the state to `observer` on every transition.
+    pub fn with_observer(mut self, observer: Arc<Mutex<Option<TxnState>>>) -> Self {
+        *observer.lock().unwrap() = Some(self.state);
+        self.observer = Some(observer);
+        self
     }
 
     pub fn transactional_id(&self) -> &str {
@@ -176,6 +188,9 @@ impl Transactions {
         tracing::debug!(transactional_id = %self.transactional_id, from = self.state.name(), to = target.name(), "transition");
         self.last_error = error;
         self.state = target;
+        if let Some(o) = &self.observer {
+            *o.lock().unwrap() = Some(target);
+        }
         Ok(())
     }
 
@@ -230,23 +245,41 @@ impl Transactions {
         Ok(())
     }
 
-    /// Java's `maybeAddPartition`, on every send: the partition joins the transaction (v2:
-    /// at once, the broker adds it with the Produce; v1: queued for AddPartitionsToTxn).
-    pub fn maybe_add_partition(&mut self, tp: &Tp, has_producer_id: bool) -> Result<(), Error> {
+    /// The checks of Java's `maybeAddPartition`, made when `send` is called (before the
+    /// record's partition may be known: Java's `send` waits for metadata, this client's does
+    /// not, so the record is accepted now and added to the transaction when appended).
+    pub fn check_send(&self, topic: &str, has_producer_id: bool) -> Result<(), Error> {
         self.maybe_fail_with_error()?;
         if !has_producer_id {
             return Err(Error::IllegalState(format!(
-                "Cannot add partition {}-{} to transaction before completing a call to initTransactions",
-                tp.0, tp.1
+                "Cannot add partition of {topic} to transaction before completing a call to initTransactions"
             )));
         }
         if self.state != TxnState::InTransaction {
             return Err(Error::IllegalState(format!(
-                "Cannot add partition {}-{} to transaction while in state  {}",
-                tp.0,
-                tp.1,
+                "Cannot add partition of {topic} to transaction while in state  {}",
                 self.state.name()
             )));
+        }
+        Ok(())
+    }
+
+    /// Java's `maybeAddPartition`, on every send: the partition joins the transaction (v2:
+    /// at once, the broker adds it with the Produce; v1: queued for AddPartitionsToTxn).
+    pub fn maybe_add_partition(&mut self, tp: &Tp, has_producer_id: bool) -> Result<(), Error> {
+        self.check_send(&tp.0, has_producer_id)?;
+        self.add_accepted_partition(tp)
+    }
+
+    /// Adds the partition of a record accepted by [`Transactions::check_send`]; the commit may
+    /// have begun meanwhile (it waits for such records), an abort or error may not.
+    pub fn add_accepted_partition(&mut self, tp: &Tp) -> Result<(), Error> {
+        self.maybe_fail_with_error()?;
+        if !matches!(
+            self.state,
+            TxnState::InTransaction | TxnState::CommittingTransaction
+        ) {
+            return Err(Error::TransactionAborted);
         }
         if self.tv2 {
             self.partitions_in_txn.insert(tp.clone());
