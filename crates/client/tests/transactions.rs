@@ -226,7 +226,8 @@ async fn read_all(bootstrap: &str, topic: &str, isolation_level: i8) -> Vec<Cons
     out
 }
 
-async fn commit_is_visible_to_read_committed(bootstrap: &str) {
+/// `tv2`: whether the broker runs transactions v2 (`None`: unknown, an external broker).
+async fn commit_is_visible_to_read_committed(bootstrap: &str, tv2: Option<bool>) {
     let topic = create_topic(bootstrap, 2).await;
     let p = txn_producer(bootstrap, &unique("commit")).await;
     p.begin_transaction().await.unwrap();
@@ -247,12 +248,19 @@ async fn commit_is_visible_to_read_committed(bootstrap: &str) {
     // The commit markers take an offset each and are never returned.
     let ru = read_all(bootstrap, &topic, READ_UNCOMMITTED).await;
     assert_eq!(ru.len(), 20);
-    // A second transaction on the same producer (with v2, under a bumped epoch).
+    // A second transaction on the same producer: with v2 EndTxn bumped the epoch (which shows
+    // the client took the v2 path), with v1 the epoch stays.
+    let epoch = p.producer_epoch();
     p.begin_transaction().await.unwrap();
     p.send(&topic, Some(0), None, value("c20"), vec![])
         .await
         .unwrap();
     p.commit_transaction().await.unwrap();
+    match tv2 {
+        Some(true) => assert_eq!(p.producer_epoch(), epoch + 1),
+        Some(false) => assert_eq!(p.producer_epoch(), epoch),
+        None => {}
+    }
     assert_eq!(read_all(bootstrap, &topic, READ_COMMITTED).await.len(), 21);
 }
 
@@ -649,11 +657,11 @@ async fn wrong_state_calls_are_refused(bootstrap: &str) {
     ));
 }
 
-async fn all_scenarios(bootstrap: &str) {
+async fn all_scenarios(bootstrap: &str, tv2: Option<bool>) {
     eprintln!("scenario: wrong-state calls");
     wrong_state_calls_are_refused(bootstrap).await;
     eprintln!("scenario: commit");
-    commit_is_visible_to_read_committed(bootstrap).await;
+    commit_is_visible_to_read_committed(bootstrap, tv2).await;
     eprintln!("scenario: abort");
     abort_is_invisible_to_read_committed(bootstrap).await;
     eprintln!("scenario: open transaction / LSO");
@@ -670,7 +678,8 @@ async fn all_scenarios(bootstrap: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactions_against_a_broker() {
     let Some(k) = broker(true) else { return };
-    all_scenarios(&k.bootstrap).await;
+    let tv2 = k.pid.is_some().then_some(true);
+    all_scenarios(&k.bootstrap, tv2).await;
 }
 
 /// Kafka 4.4 downgraded to `transaction.version=1`: AddPartitionsToTxn, AddOffsetsToTxn,
@@ -679,5 +688,16 @@ async fn transactions_against_a_broker() {
 async fn transactions_v1_against_kafka() {
     let Some(k) = broker(false) else { return };
     set_transaction_version(&k, 1);
-    all_scenarios(&k.bootstrap).await;
+    // The broker learns the new level from the metadata log; wait until it advertises it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = client(&k.bootstrap).await;
+        let conn = c.any_connection().await.unwrap();
+        if conn.finalized_feature("transaction.version") == Some(1) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "transaction.version still not 1");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    all_scenarios(&k.bootstrap, Some(false)).await;
 }
