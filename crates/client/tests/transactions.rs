@@ -564,25 +564,28 @@ async fn consume_transform_produce(bootstrap: &str) {
         transactions += 1;
         let mut next: BTreeMap<TopicPartition, i64> = BTreeMap::new();
         p.begin_transaction().await.unwrap();
+        let mut deliveries = Vec::new();
         for r in &records {
             next.insert(
                 TopicPartition::new(r.topic.clone(), r.partition),
                 r.offset + 1,
             );
             let v = String::from_utf8_lossy(r.value.as_deref().unwrap()).into_owned();
-            let _ = p.send(
+            deliveries.push(p.send(
                 &output,
                 None,
                 r.key.clone(),
                 value(&format!("out-{v}")),
                 vec![],
-            );
+            ));
         }
         p.send_offsets_to_transaction(next, consumer.group_metadata().unwrap())
             .await
             .unwrap();
-        if transactions % 5 == 0 {
+        if transactions.is_multiple_of(5) {
             p.abort_transaction().await.unwrap();
+            // Written-then-aborted or failed unsent: either way not visible.
+            drop(deliveries);
             aborted += 1;
             // Read the aborted input (and what was polled after it) again.
             let mut first: HashMap<i32, i64> = HashMap::new();
@@ -595,6 +598,9 @@ async fn consume_transform_produce(bootstrap: &str) {
             }
         } else {
             p.commit_transaction().await.unwrap();
+            for d in deliveries {
+                d.await.unwrap();
+            }
             committed_count += records.len();
         }
     }
