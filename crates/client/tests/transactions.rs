@@ -6,6 +6,8 @@
 //! - an aborted one is invisible to read_committed and visible to read_uncommitted;
 //! - an open transaction holds read_committed back at the LSO (ListOffsets, lag, poll) while
 //!   read_uncommitted reads it;
+//! - a refused record makes the transaction abortable; the abort bumps the epoch and the
+//!   producer goes on;
 //! - a second producer with the same transactional.id fences the first (fatal errors);
 //! - send_offsets_to_transaction commits the group's offsets only when the transaction commits;
 //! - a consume-transform-produce loop over 3000 records, with some transactions aborted and
@@ -376,6 +378,43 @@ async fn open_transaction_holds_back_read_committed(bootstrap: &str) {
     );
 }
 
+/// A record the broker refuses (MESSAGE_TOO_LARGE) makes the transaction abortable: commit
+/// fails, abort succeeds and bumps the epoch (v1: InitProducerId after EndTxn, v2: EndTxn), and
+/// the producer goes on.
+async fn abortable_error_then_abort(bootstrap: &str) {
+    let topic = create_topic(bootstrap, 1).await;
+    let p = txn_producer(bootstrap, &unique("abortable")).await;
+    p.begin_transaction().await.unwrap();
+    p.send(&topic, Some(0), None, value("lost"), vec![])
+        .await
+        .unwrap();
+    let big = Bytes::from(vec![b'x'; 1_200_000]);
+    let e = p
+        .send(&topic, Some(0), None, Some(big), vec![])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::MessageTooLarge), "{e}");
+    assert_eq!(p.transaction_state(), Some(TxnState::AbortableError));
+    let e = p.commit_transaction().await.unwrap_err();
+    assert!(!e.is_fatal_transaction_error(), "{e}");
+    let e = p
+        .send(&topic, Some(0), None, value("refused"), vec![])
+        .await
+        .unwrap_err();
+    assert!(!e.is_fatal_transaction_error(), "{e}");
+    let epoch = p.producer_epoch();
+    p.abort_transaction().await.unwrap();
+    assert_eq!(p.transaction_state(), Some(TxnState::Ready));
+    assert_eq!(p.producer_epoch(), epoch + 1, "abort bumps the epoch");
+    p.begin_transaction().await.unwrap();
+    p.send(&topic, Some(0), None, value("kept"), vec![])
+        .await
+        .unwrap();
+    p.commit_transaction().await.unwrap();
+    let rc = read_all(bootstrap, &topic, READ_COMMITTED).await;
+    assert_eq!(values(&rc), vec!["kept"]);
+}
+
 async fn zombie_is_fenced(bootstrap: &str) {
     let topic = create_topic(bootstrap, 1).await;
     let id = unique("zombie");
@@ -672,6 +711,8 @@ async fn all_scenarios(bootstrap: &str, tv2: Option<bool>) {
     abort_is_invisible_to_read_committed(bootstrap).await;
     eprintln!("scenario: open transaction / LSO");
     open_transaction_holds_back_read_committed(bootstrap).await;
+    eprintln!("scenario: abortable error");
+    abortable_error_then_abort(bootstrap).await;
     eprintln!("scenario: zombie fencing");
     zombie_is_fenced(bootstrap).await;
     eprintln!("scenario: send_offsets_to_transaction");
