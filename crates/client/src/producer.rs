@@ -723,8 +723,9 @@ impl State {
         if let Some(tm) = self.tm.as_mut() {
             tm.handle_failed_batch(&tp, &b, e, adjust_sequence_numbers);
         }
-        b.fail(e);
+        // As Java's failBatch: the transaction state changes before the sender learns.
         self.txn_batch_failed(e);
+        b.fail(e);
     }
 
     /// Kafka's `RecordAccumulator.reenqueue`: with idempotence the batch goes back in sequence
@@ -948,8 +949,8 @@ impl State {
                     tm.mark_sequence_unresolved(&tp, &b);
                 }
             }
-            b.fail(&Error::DeliveryTimeout(timeout.as_millis() as u64));
             self.txn_batch_failed(&Error::DeliveryTimeout(timeout.as_millis() as u64));
+            b.fail(&Error::DeliveryTimeout(timeout.as_millis() as u64));
         }
     }
 }

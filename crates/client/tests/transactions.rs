@@ -25,7 +25,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use strom_client::consumer::{LATEST_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED};
+use strom_client::consumer::{list_offsets, LATEST_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED};
 use strom_client::group::{GroupConfig, TopicPartition};
 use strom_client::transactions::TxnState;
 use strom_client::{
@@ -207,14 +207,27 @@ fn consumer_config(isolation_level: i8) -> ConsumerConfig {
 }
 
 /// Everything `topic` holds for `isolation_level`, read from the start up to the end offset
-/// that isolation level sees (the LSO under read_committed).
+/// that isolation level sees, once no transaction is open on it (a commit returns before the
+/// coordinator has written its markers, so the LSO may still be behind a committed
+/// transaction: wait until it equals the high watermark).
 async fn read_all(bootstrap: &str, topic: &str, isolation_level: i8) -> Vec<ConsumerRecord> {
     let mut c = Consumer::new(client(bootstrap).await, consumer_config(isolation_level));
     let parts = c.assign(topic, None).await.unwrap();
-    let ends = c
-        .list_offsets(topic, &parts, LATEST_TIMESTAMP)
-        .await
-        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let cl = client(bootstrap).await;
+    let ends = loop {
+        let lso = list_offsets(&cl, topic, &parts, LATEST_TIMESTAMP, READ_COMMITTED)
+            .await
+            .unwrap();
+        let hw = list_offsets(&cl, topic, &parts, LATEST_TIMESTAMP, READ_UNCOMMITTED)
+            .await
+            .unwrap();
+        if lso == hw {
+            break hw;
+        }
+        assert!(Instant::now() < deadline, "{topic}: transactions stay open");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let mut out = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     while parts
