@@ -107,7 +107,7 @@ pub struct ProducerConfig {
     pub partitioner_rack_aware: bool,
     /// `client.rack` (the producer uses it for rack-aware partitioning only).
     pub client_rack: String,
-    /// `transactional.id`: makes the producer transactional (see [`Producer::init_transactions`]);
+    /// `transactional.id`: makes the producer transactional (see [`crate::Producer::init_transactions`]);
     /// requires idempotence.
     pub transactional_id: Option<String>,
     /// `transaction.timeout.ms`: how long the coordinator lets a transaction stay open before
