@@ -11,7 +11,8 @@
 //! - a second producer with the same transactional.id fences the first (fatal errors);
 //! - send_offsets_to_transaction commits the group's offsets only when the transaction commits;
 //! - a consume-transform-produce loop over 3000 records, with some transactions aborted and
-//!   redone, leaves every output record exactly once under read_committed.
+//!   redone, leaves every output record exactly once under read_committed (classic group and
+//!   KIP-848 consumer group, whose member epoch is the TxnOffsetCommit generation).
 //!
 //! Kafka 4.4 finalizes `transaction.version=2` on a new cluster (the client skips
 //! AddPartitionsToTxn and AddOffsetsToTxn, EndTxn bumps the epoch); the `_v1` test downgrades it
@@ -26,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use strom_client::consumer::{list_offsets, LATEST_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED};
-use strom_client::group::{GroupConfig, TopicPartition};
+use strom_client::group::{GroupConfig, GroupProtocol, TopicPartition};
 use strom_client::transactions::TxnState;
 use strom_client::{
     Admin, Client, ClientConfig, Consumer, ConsumerConfig, ConsumerRecord, Error, ErrorCode,
@@ -564,7 +565,7 @@ async fn send_offsets_commit_only_with_the_transaction(bootstrap: &str) {
 /// Reads `input` in a group under read_committed, writes each record transformed to `output`
 /// and commits the input offsets in the same transaction; every 5th transaction is aborted and
 /// its input read again.
-async fn consume_transform_produce(bootstrap: &str) {
+async fn consume_transform_produce(bootstrap: &str, group_protocol: GroupProtocol) {
     const N: usize = 3000;
     let input = create_topic(bootstrap, 3).await;
     let output = create_topic(bootstrap, 3).await;
@@ -588,6 +589,7 @@ async fn consume_transform_produce(bootstrap: &str) {
         ConsumerConfig {
             group: GroupConfig {
                 group_id: Some(group),
+                group_protocol,
                 enable_auto_commit: false,
                 ..Default::default()
             },
@@ -730,8 +732,10 @@ async fn all_scenarios(bootstrap: &str, tv2: Option<bool>) {
     zombie_is_fenced(bootstrap).await;
     eprintln!("scenario: send_offsets_to_transaction");
     send_offsets_commit_only_with_the_transaction(bootstrap).await;
-    eprintln!("scenario: consume-transform-produce");
-    consume_transform_produce(bootstrap).await;
+    eprintln!("scenario: consume-transform-produce (classic group)");
+    consume_transform_produce(bootstrap, GroupProtocol::Classic).await;
+    eprintln!("scenario: consume-transform-produce (consumer group protocol)");
+    consume_transform_produce(bootstrap, GroupProtocol::Consumer).await;
 }
 
 /// Kafka 4.4 as formatted (transactions v2), or `$STROM_TXN_BOOTSTRAP`.
