@@ -301,7 +301,8 @@ impl State {
                 return;
             }
         }
-        if d.tm.state() == TxnState::InTransaction && d.offsets_reply.is_none() {
+        // Offsets queued before commit was called still go (commit waits for them).
+        if adding && d.offsets_reply.is_none() {
             if let Some((offsets, group, reply)) = d.offsets_queue.pop_front() {
                 d.in_flight = true;
                 d.offsets_reply = Some(reply);

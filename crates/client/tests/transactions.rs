@@ -559,6 +559,17 @@ async fn send_offsets_commit_only_with_the_transaction(bootstrap: &str) {
     p.abort_transaction().await.unwrap();
     let committed = consumer.committed(std::slice::from_ref(&tp)).await.unwrap();
     assert_eq!(committed[&tp], Some(6));
+
+    // Commit called while the offsets are still queued: it waits for them.
+    p.begin_transaction().await.unwrap();
+    let (sent, done) = tokio::join!(
+        p.send_offsets_to_transaction(BTreeMap::from([(tp.clone(), 9)]), meta.clone()),
+        p.commit_transaction()
+    );
+    sent.unwrap();
+    done.unwrap();
+    let committed = consumer.committed(std::slice::from_ref(&tp)).await.unwrap();
+    assert_eq!(committed[&tp], Some(9));
     consumer.close().await.unwrap();
 }
 
