@@ -85,6 +85,9 @@ pub struct Connection {
     frames: mpsc::UnboundedSender<Bytes>,
     next_correlation_id: AtomicI32,
     versions: RwLock<BrokerVersions>,
+    /// Finalized feature levels from ApiVersions v3+ (`transaction.version`, ...): name -> max
+    /// version level.
+    features: RwLock<std::collections::HashMap<String, i16>>,
     config: ConnectionConfig,
     tasks: [JoinHandle<()>; 2],
 }
@@ -135,6 +138,7 @@ impl Connection {
             frames: tx,
             next_correlation_id: AtomicI32::new(0),
             versions: RwLock::new(BrokerVersions::default()),
+            features: RwLock::new(std::collections::HashMap::new()),
             config,
             tasks: [reader, writer],
         };
@@ -171,6 +175,12 @@ impl Connection {
     /// The broker's advertised version ranges.
     pub fn broker_versions(&self) -> BrokerVersions {
         self.versions.read().unwrap().clone()
+    }
+
+    /// The finalized level of a cluster feature as the broker advertised it in ApiVersions
+    /// (e.g. `transaction.version`), or `None` when not advertised.
+    pub fn finalized_feature(&self, name: &str) -> Option<i16> {
+        self.features.read().unwrap().get(name).copied()
     }
 
     /// The version to use for `api`: the highest both this client and the broker support.
@@ -221,6 +231,11 @@ impl Connection {
                     .iter()
                     .map(|k| (k.api_key, k.min_version, k.max_version)),
             );
+            *self.features.write().unwrap() = resp
+                .finalized_features
+                .iter()
+                .map(|f| (f.name.to_string(), f.max_version_level))
+                .collect();
             return Ok(());
         }
         Err(Error::UnsupportedVersion("ApiVersions"))

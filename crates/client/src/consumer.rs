@@ -4,14 +4,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use strom_protocol::kafka::messages::fetch_request::{FetchPartition, FetchTopic};
 use strom_protocol::kafka::messages::list_offsets_request::{
     ListOffsetsPartition, ListOffsetsTopic,
 };
 use strom_protocol::kafka::messages::{FetchRequest, FetchResponse, ListOffsetsRequest, TopicName};
 use strom_protocol::kafka::protocol::StrBytes;
-use strom_protocol::records::RecordBatchDecoder;
 use strom_protocol::ErrorCode;
 use tokio::task::JoinSet;
 
@@ -20,6 +19,8 @@ use crate::error::{Error, Result};
 use crate::group::{
     Group, GroupConfig, GroupError, GroupMetadata, RebalanceListener, Subscription, TopicPartition,
 };
+use crate::read_committed::decode_fetched;
+pub use crate::read_committed::{AbortedTransaction, READ_COMMITTED, READ_UNCOMMITTED};
 
 /// ListOffsets timestamp meaning "the log start offset".
 pub const EARLIEST_TIMESTAMP: i64 = -2;
@@ -48,7 +49,9 @@ pub struct ConsumerConfig {
     pub max_partition_fetch_bytes: i32,
     /// `auto.offset.reset`.
     pub auto_offset_reset: OffsetReset,
-    /// 0 = read_uncommitted, 1 = read_committed.
+    /// `isolation.level`: [`READ_UNCOMMITTED`] (0, the default, as Java) or [`READ_COMMITTED`]
+    /// (1: records of aborted transactions are dropped and nothing past the last stable offset
+    /// is returned; positions at the end and lag go by the LSO).
     pub isolation_level: i8,
     /// `group.id` and the other group settings.
     pub group: GroupConfig,
@@ -100,6 +103,8 @@ pub struct Consumer {
     positions: Positions,
     /// Built on first use of a group API when `group.id` is set.
     group: Option<Box<Group>>,
+    /// Per partition, the high watermark and last stable offset of the last fetch response.
+    fetched_ends: BTreeMap<(String, i32), (i64, i64)>,
 }
 
 impl Consumer {
@@ -110,6 +115,7 @@ impl Consumer {
             config,
             positions: BTreeMap::new(),
             group: None,
+            fetched_ends: BTreeMap::new(),
         }
     }
 
@@ -305,6 +311,22 @@ impl Consumer {
             Some(Position::Offset(o)) => Some(*o),
             _ => None,
         }
+    }
+
+    /// How far the position is behind the end of the partition, as of the last fetch response
+    /// (Java's `currentLag`): the last stable offset minus the position under `read_committed`,
+    /// the high watermark minus the position under `read_uncommitted`. `None` before a fetch
+    /// answered for the partition or without a position.
+    pub fn lag(&self, topic: &str, partition: i32) -> Option<i64> {
+        let key = (topic.to_string(), partition);
+        let position = self.position(topic, partition)?;
+        let &(hw, lso) = self.fetched_ends.get(&key)?;
+        let end = if self.config.isolation_level == READ_COMMITTED {
+            lso
+        } else {
+            hw
+        };
+        (end >= 0).then(|| (end - position).max(0))
     }
 
     /// Continues from `offset`.
@@ -517,8 +539,27 @@ impl Consumer {
                         continue;
                     }
                 }
+                self.fetched_ends
+                    .insert(key.clone(), (p.high_watermark, p.last_stable_offset));
                 let Some(records) = p.records else { continue };
-                let next = decode_records(&topic, p.partition_index, fetch_offset, records, out);
+                let aborted: Vec<AbortedTransaction> = p
+                    .aborted_transactions
+                    .iter()
+                    .flatten()
+                    .map(|a| AbortedTransaction {
+                        producer_id: a.producer_id.0,
+                        first_offset: a.first_offset,
+                    })
+                    .collect();
+                let next = decode_fetched(
+                    &topic,
+                    p.partition_index,
+                    fetch_offset,
+                    records,
+                    self.config.isolation_level,
+                    &aborted,
+                    out,
+                );
                 if next > fetch_offset {
                     self.positions.insert(key, Position::Offset(next));
                 }
@@ -571,57 +612,25 @@ async fn fetch_from(
 }
 
 /// Decodes the whole batches in `records` (a trailing partial batch is ignored), appending
-/// records at or above `fetch_offset` to `out` and skipping control records. Returns the
-/// offset to fetch next (`fetch_offset` if nothing complete was found).
+/// records at or above `fetch_offset` to `out` and skipping control records
+/// (`read_uncommitted`; see [`decode_fetched`] for `read_committed`). Returns the offset to
+/// fetch next (`fetch_offset` if nothing complete was found).
 pub fn decode_records(
     topic: &str,
     partition: i32,
     fetch_offset: i64,
-    mut records: Bytes,
+    records: Bytes,
     out: &mut Vec<ConsumerRecord>,
 ) -> i64 {
-    let mut next = fetch_offset;
-    while records.len() >= 61 {
-        let base_offset = (&records[0..8]).get_i64();
-        let batch_len = (&records[8..12]).get_i32();
-        if batch_len < 49 || records.len() < 12 + batch_len as usize {
-            break;
-        }
-        let last_offset_delta = (&records[23..27]).get_i32();
-        let mut batch = records.split_to(12 + batch_len as usize);
-        let batch_end = base_offset + last_offset_delta as i64 + 1;
-        if batch_end <= fetch_offset {
-            next = next.max(batch_end);
-            continue;
-        }
-        match RecordBatchDecoder::decode(&mut batch) {
-            Ok(set) => {
-                for r in set.records {
-                    if r.control || r.offset < fetch_offset {
-                        continue;
-                    }
-                    out.push(ConsumerRecord {
-                        topic: topic.to_string(),
-                        partition,
-                        offset: r.offset,
-                        timestamp: r.timestamp,
-                        key: r.key,
-                        value: r.value,
-                        headers: r
-                            .headers
-                            .into_iter()
-                            .map(|(k, v)| (k.to_string(), v))
-                            .collect(),
-                    });
-                }
-            }
-            Err(e) => {
-                tracing::warn!(topic, partition, base_offset, error = %e, "undecodable batch skipped");
-            }
-        }
-        next = next.max(batch_end);
-    }
-    next
+    decode_fetched(
+        topic,
+        partition,
+        fetch_offset,
+        records,
+        READ_UNCOMMITTED,
+        &[],
+        out,
+    )
 }
 
 /// ListOffsets for `partitions` of `topic`, sent to each partition's leader, with retries.

@@ -51,6 +51,24 @@ pub enum Error {
     /// A consumer-group failure (see [`crate::group::GroupError`]).
     #[error(transparent)]
     Group(#[from] crate::group::GroupError),
+    /// A call not allowed in the producer's current transactional state, or on a
+    /// non-transactional producer (Java's `IllegalStateException`).
+    #[error("{0}")]
+    IllegalState(String),
+    /// A transactional call refused because an earlier error put the producer in an error
+    /// state (Java's `KafkaException("Cannot execute transactional method because we are in an
+    /// error state")`). `fatal`: the producer can only be closed; otherwise the application must
+    /// abort the transaction and may go on.
+    #[error("Cannot execute transactional method because we are in an error state: {source}")]
+    TransactionError {
+        fatal: bool,
+        #[source]
+        source: Box<Error>,
+    },
+    /// A batch failed because its transaction is being aborted (Java's `KafkaException("Failing
+    /// batch since transaction was aborted")`).
+    #[error("Failing batch since transaction was aborted")]
+    TransactionAborted,
     /// A record did not complete within `delivery.timeout.ms`.
     #[error("delivery timed out after {0} ms")]
     DeliveryTimeout(u64),
@@ -87,6 +105,12 @@ pub fn describe(code: ErrorCode) -> &'static str {
         ErrorCode::OutOfOrderSequenceNumber => "The broker received an out of order sequence number.",
         ErrorCode::DuplicateSequenceNumber => "The broker received a duplicate sequence number.",
         ErrorCode::InvalidProducerEpoch => "Producer attempted to produce with an old epoch.",
+        ErrorCode::ProducerFenced => "There is a newer producer with the same transactionalId which fences the current one.",
+        ErrorCode::InvalidTxnState => "The producer attempted a transactional operation in an invalid state.",
+        ErrorCode::ConcurrentTransactions => "The producer attempted to update a transaction while another concurrent operation on the same transaction was ongoing.",
+        ErrorCode::TransactionalIdAuthorizationFailed => "Transactional Id authorization failed.",
+        ErrorCode::InvalidProducerIdMapping => "The producer attempted to use a producer id which is not currently assigned to its transactional id.",
+        ErrorCode::TransactionAbortable => "The server encountered an error with the transaction. The client can abort the transaction to continue using this transactional ID.",
         ErrorCode::UnknownProducerId => "This exception is raised by the broker if it could not locate the producer metadata associated with the producerId in question.",
         _ => "Kafka error",
     }
@@ -113,6 +137,26 @@ impl Error {
             Error::Io { .. } | Error::Disconnected(_) | Error::Timeout { .. } => true,
             Error::NoBrokerAvailable(_) => true,
             Error::Kafka { code, .. } => code.is_retriable(),
+            _ => false,
+        }
+    }
+
+    /// True for an error that ends a transactional producer (Java's fatal errors: fenced,
+    /// authorization, unsupported version, invalid transaction state...): it must be closed.
+    pub fn is_fatal_transaction_error(&self) -> bool {
+        match self {
+            Error::TransactionError { fatal, .. } => *fatal,
+            Error::UnsupportedVersion(_) => true,
+            Error::Kafka { code, .. } => matches!(
+                code,
+                ErrorCode::ProducerFenced
+                    | ErrorCode::InvalidProducerEpoch
+                    | ErrorCode::TransactionalIdAuthorizationFailed
+                    | ErrorCode::ClusterAuthorizationFailed
+                    | ErrorCode::UnsupportedVersion
+                    | ErrorCode::InvalidTxnState
+                    | ErrorCode::UnsupportedForMessageFormat
+            ),
             _ => false,
         }
     }

@@ -96,6 +96,9 @@ pub struct TransactionManager {
     partitions_to_rewrite: HashSet<Tp>,
     /// Producer state rewrites (after an epoch bump) not yet applied to their batches.
     resets: HashMap<u64, (ProducerIdAndEpoch, i32)>,
+    /// A transactional producer never bumps its epoch locally: a failed batch makes the
+    /// transaction abortable and the coordinator bumps the epoch (see [`crate::transactions`]).
+    transactional: bool,
 }
 
 impl Default for TransactionManager {
@@ -119,7 +122,20 @@ impl TransactionManager {
             epoch_bump_required: false,
             partitions_to_rewrite: HashSet::new(),
             resets: HashMap::new(),
+            transactional: false,
         }
+    }
+
+    /// Marks the producer transactional (Java's `isTransactional()` branches).
+    pub fn set_transactional(&mut self, transactional: bool) {
+        self.transactional = transactional;
+    }
+
+    /// Java's `resetSequenceNumbers`: after the epoch changed (InitProducerId bump, or EndTxn
+    /// with transactions v2) every partition starts again at sequence 0.
+    pub fn reset_sequence_numbers(&mut self) {
+        self.partitions.clear();
+        self.unresolved.clear();
     }
 
     /// The current producer id and epoch (possibly [`ProducerIdAndEpoch::NONE`]).
@@ -396,6 +412,15 @@ impl TransactionManager {
         adjust_sequence_numbers: bool,
     ) {
         self.remove_inflight_batch(tp, batch);
+        if self.transactional {
+            // The transaction becomes abortable; aborting it bumps the epoch and resets the
+            // sequences, so nothing is adjusted here.
+            if error.code() == Some(ErrorCode::UnknownProducerId) {
+                self.partitions.remove(tp);
+                self.unresolved.remove(tp);
+            }
+            return;
+        }
         match error.code() {
             Some(ErrorCode::OutOfOrderSequenceNumber) => {
                 tracing::error!(
@@ -438,6 +463,16 @@ impl TransactionManager {
                 if batch.sequence_has_been_reset() {
                     return true;
                 }
+                if self.transactional {
+                    // Java: retried (sequences restarted) only when the log head was removed
+                    // by retention; otherwise the batch fails and the transaction is aborted.
+                    if self.last_acked_offset(tp) < log_start_offset {
+                        let current = self.producer_id_and_epoch;
+                        self.start_sequences_at_beginning(tp, current);
+                        return true;
+                    }
+                    return false;
+                }
                 // Whether the head of the log was removed (last acked offset below the log
                 // start offset: retention) or the broker lost the state otherwise, the
                 // idempotent producer bumps the epoch and retries.
@@ -456,6 +491,9 @@ impl TransactionManager {
                 {
                     // Not the next batch: an earlier one failed, so this one is retried.
                     return true;
+                }
+                if self.transactional {
+                    return false;
                 }
                 if !self.has_unresolved_sequence(tp)
                     || self.is_next_sequence_for_unresolved_partition(tp, batch.base_sequence)

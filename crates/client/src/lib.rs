@@ -9,9 +9,12 @@
 //!   the cluster.
 //! - [`Producer`]: a batching producer (record accumulator, linger, compression, acks, retries,
 //!   Kafka's murmur2 key partitioner and a sticky partitioner for null keys), idempotent by
-//!   default as Kafka's (producer id, epoch and per-partition sequences; see [`idempotence`]).
+//!   default as Kafka's (producer id, epoch and per-partition sequences; see [`idempotence`]),
+//!   and transactional with a `transactional_id` (Java's `initTransactions` ..
+//!   `commitTransaction`, `sendOffsetsToTransaction`; see [`transactions`]).
 //! - [`Consumer`]: manual assignment, seek and poll, or consumer-group subscription (classic
-//!   and KIP-848 protocols, see [`group`]) with commits.
+//!   and KIP-848 protocols, see [`group`]) with commits; `read_committed` isolation drops
+//!   aborted transactions (see [`read_committed`]).
 //!
 //! Message structs come from the `kafka-protocol` crate via [`strom_protocol::kafka`].
 //!
@@ -41,6 +44,9 @@ pub mod producer;
 mod producer_batch;
 mod producer_config;
 mod producer_partitioning;
+pub mod read_committed;
+pub mod transactions;
+pub mod txn_requests;
 pub mod versions;
 
 pub use admin::{Admin, ConfigEntry, NewTopic, TopicDescription};

@@ -12,11 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use strom_protocol::kafka::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use strom_protocol::kafka::messages::{
-    ApiKey, InitProducerIdRequest, ProduceRequest, ProduceResponse, TopicName,
-};
-use strom_protocol::kafka::protocol::StrBytes;
+use strom_protocol::kafka::messages::{InitProducerIdRequest, ProduceResponse};
 use strom_protocol::records::NO_SEQUENCE;
 use tokio::sync::{mpsc, oneshot};
 
@@ -36,6 +32,7 @@ pub use crate::producer_config::*;
 enum Command {
     Send(ProducerRecord, Delivery),
     Flush(oneshot::Sender<()>),
+    Txn(txn::TxnCommand),
 }
 
 enum Event {
@@ -48,6 +45,7 @@ enum Event {
         batches: Vec<ProducerBatch>,
         result: Result<Option<ProduceResponse>>,
     },
+    Txn(txn::TxnEvent),
 }
 
 /// The producer handle. Cloning shares the same background task.
@@ -57,6 +55,7 @@ pub struct Producer {
     producer_id: Arc<Mutex<ProducerIdAndEpoch>>,
     idempotent: bool,
     retries: Arc<AtomicU64>,
+    txn_state: Arc<Mutex<Option<crate::transactions::TxnState>>>,
     _task: Arc<TaskGuard>,
 }
 
@@ -102,7 +101,20 @@ impl Producer {
         let producer_id = Arc::new(Mutex::new(ProducerIdAndEpoch::NONE));
         let retries = Arc::new(AtomicU64::new(0));
         let partitioning = Partitioning::new(&config);
+        let txn_state = Arc::new(Mutex::new(None));
+        let txn = config.transactional_id.clone().map(|id| {
+            let env = crate::txn_requests::TxnEnv::new(
+                client.clone(),
+                id,
+                config.transaction_timeout.as_millis().min(i32::MAX as u128) as i32,
+                config.retry_backoff,
+                config.max_block,
+            );
+            txn::TxnDriver::new(env, txn_state.clone())
+        });
+        let transactional = txn.is_some();
         let state = State {
+            txn,
             retried: retries.clone(),
             client,
             guarantee_order: config.max_in_flight == 1,
@@ -120,7 +132,11 @@ impl Producer {
             next_batch_id: 0,
             events: etx,
             closing: false,
-            tm: idempotent.then(TransactionManager::new),
+            tm: idempotent.then(|| {
+                let mut tm = TransactionManager::new();
+                tm.set_transactional(transactional);
+                tm
+            }),
             fatal: None,
             init_attempt: 0,
             shared_pid: producer_id.clone(),
@@ -131,6 +147,7 @@ impl Producer {
             producer_id,
             idempotent,
             retries,
+            txn_state,
             _task: Arc::new(TaskGuard(Some(task))),
         })
     }
@@ -220,6 +237,8 @@ struct PartitionResult {
 }
 
 struct State {
+    /// The transactional side; `None` without `transactional.id`.
+    txn: Option<txn::TxnDriver>,
     client: Client,
     config: ProducerConfig,
     /// `max.in.flight.requests.per.connection=1`: a partition is muted while it has a batch in
@@ -263,6 +282,7 @@ impl State {
         loop {
             self.maybe_init_producer_id();
             self.drain();
+            self.drive_txn();
             self.check_flush();
             if self.closing && self.is_idle() {
                 return;
@@ -309,20 +329,27 @@ impl State {
     }
 
     fn flushing(&self) -> bool {
-        self.closing || !self.flush_waiters.is_empty()
+        self.closing || !self.flush_waiters.is_empty() || self.txn_completing()
     }
 
     fn handle_command(&mut self, c: Command) {
         match c {
-            Command::Send(rec, d) => self.append(rec, d, Instant::now()),
+            Command::Send(rec, d) => match self.txn_check_send(&rec.topic) {
+                Ok(()) => self.append(rec, d, Instant::now()),
+                Err(e) => {
+                    let _ = d.send(Err(e));
+                }
+            },
             Command::Flush(w) => self.flush_waiters.push(w),
+            Command::Txn(c) => self.handle_txn_command(c),
         }
     }
 
     /// Kafka's Sender.runOnce prologue: resolve sequences, bump the epoch when requested and
     /// send InitProducerId when there is no producer id.
     fn maybe_init_producer_id(&mut self) {
-        if self.fatal.is_some() {
+        if self.fatal.is_some() || self.txn.is_some() {
+            // A transactional producer gets its id from init_transactions.
             return;
         }
         let Some(tm) = self.tm.as_mut() else { return };
@@ -417,6 +444,10 @@ impl State {
         };
         let (partition, sticky) = partition;
         let key = (rec.topic.clone(), partition);
+        if let Err(e) = self.txn_add_partition(&key) {
+            let _ = d.send(Err(e));
+            return;
+        }
         let batch_size = self.config.batch_size;
         let q = self.queues.entry(key).or_default();
         let before: usize = q.iter().map(|b| b.size()).sum();
@@ -432,6 +463,7 @@ impl State {
         }
         if let Some((rec, d)) = pending {
             let mut b = ProducerBatch::new(&rec.topic, partition, self.next_batch_id);
+            b.transactional = self.txn.is_some();
             b.created = enqueued;
             self.next_batch_id += 1;
             let _ = b.try_append(rec, d, batch_size);
@@ -510,6 +542,7 @@ impl State {
                 }
             }
             Event::ProducerId(r) => self.handle_producer_id(r),
+            Event::Txn(ev) => self.handle_txn_event(ev),
             Event::Produced {
                 node,
                 conn,
@@ -690,6 +723,8 @@ impl State {
         if let Some(tm) = self.tm.as_mut() {
             tm.handle_failed_batch(&tp, &b, e, adjust_sequence_numbers);
         }
+        // As Java's failBatch: the transaction state changes before the sender learns.
+        self.txn_batch_failed(e);
         b.fail(e);
     }
 
@@ -808,7 +843,10 @@ impl State {
         let mut need_md = Vec::new();
         for (key, q) in self.queues.iter() {
             let Some(b) = q.front() else { continue };
-            if b.retry_at.is_some_and(|t| t > now) || self.muted.contains(key) {
+            if b.retry_at.is_some_and(|t| t > now)
+                || self.muted.contains(key)
+                || !self.txn_send_allowed(key)
+            {
                 continue;
             }
             let ready = b.full || flushing || b.created + self.config.linger <= now || q.len() > 1;
@@ -911,84 +949,16 @@ impl State {
                     tm.mark_sequence_unresolved(&tp, &b);
                 }
             }
+            self.txn_batch_failed(&Error::DeliveryTimeout(timeout.as_millis() as u64));
             b.fail(&Error::DeliveryTimeout(timeout.as_millis() as u64));
         }
     }
-
-    /// Queues the Produce request on the connection now (so requests reach the broker in
-    /// drain order) and awaits the response in a task.
-    fn dispatch(&self, node: i32, conn: Arc<Connection>, batches: Vec<ProducerBatch>) {
-        let events = self.events.clone();
-        let acks = self.config.acks.value();
-        let timeout_ms = self
-            .config
-            .request_timeout
-            .as_millis()
-            .min(i32::MAX as u128) as i32;
-        let mut topics: Vec<TopicProduceData> = Vec::new();
-        for b in &batches {
-            let mut pd = PartitionProduceData::default();
-            pd.index = b.partition;
-            pd.records = b.encoded().cloned();
-            match topics.iter_mut().find(|t| t.name.0.as_str() == b.topic) {
-                Some(t) => t.partition_data.push(pd),
-                None => {
-                    let mut t = TopicProduceData::default();
-                    t.name = TopicName(StrBytes::from_string(b.topic.clone()));
-                    t.partition_data.push(pd);
-                    topics.push(t);
-                }
-            }
-        }
-        let mut req = ProduceRequest::default();
-        req.acks = acks;
-        req.timeout_ms = timeout_ms;
-        req.topic_data = topics;
-        let version = match conn.version_for(ApiKey::Produce) {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = events.send(Event::Produced {
-                    node,
-                    conn: Some(conn),
-                    batches,
-                    result: Err(e),
-                });
-                return;
-            }
-        };
-        if acks == 0 {
-            let result = conn.send_no_response(&req, version).map(|_| None);
-            let _ = events.send(Event::Produced {
-                node,
-                conn: Some(conn),
-                batches,
-                result,
-            });
-            return;
-        }
-        match conn.send_ordered(&req, version) {
-            Ok(fut) => {
-                tokio::spawn(async move {
-                    let result = fut.await.map(Some);
-                    let _ = events.send(Event::Produced {
-                        node,
-                        conn: Some(conn),
-                        batches,
-                        result,
-                    });
-                });
-            }
-            Err(e) => {
-                let _ = events.send(Event::Produced {
-                    node,
-                    conn: Some(conn),
-                    batches,
-                    result: Err(e),
-                });
-            }
-        }
-    }
 }
+
+#[path = "producer_dispatch.rs"]
+mod dispatch;
+#[path = "producer_txn.rs"]
+mod txn;
 
 #[cfg(test)]
 #[path = "producer_tests.rs"]

@@ -84,6 +84,8 @@ pub struct ProducerBatch {
     /// Set when an epoch bump rewrote the producer state of this already sent batch
     /// (Kafka's `ProducerBatch.sequenceHasBeenReset`).
     pub(crate) sequence_has_been_reset: bool,
+    /// Part of a transaction: the batch's transactional attribute is set when it is encoded.
+    pub transactional: bool,
 }
 
 /// Kafka's `DefaultRecordBatch.incrementSequence`: sequences wrap from `i32::MAX` to 0.
@@ -130,6 +132,7 @@ impl ProducerBatch {
             producer_epoch: NO_PRODUCER_EPOCH,
             base_sequence: NO_SEQUENCE,
             sequence_has_been_reset: false,
+            transactional: false,
         }
     }
 
@@ -257,6 +260,7 @@ impl ProducerBatch {
             for (i, r) in self.records.iter_mut().enumerate() {
                 r.producer_id = self.producer_id;
                 r.producer_epoch = self.producer_epoch;
+                r.transactional = self.transactional;
                 // The encoder splits batches where offset - sequence changes, so sequences
                 // must advance with offsets even without idempotence (base -1).
                 r.sequence = self.base_sequence.wrapping_add(i as i32);
@@ -316,6 +320,12 @@ pub(crate) fn clone_error(e: &Error) -> Error {
         },
         Error::Disconnected(a) => Error::Disconnected(a.clone()),
         Error::DeliveryTimeout(ms) => Error::DeliveryTimeout(*ms),
+        Error::IllegalState(s) => Error::IllegalState(s.clone()),
+        Error::TransactionError { fatal, source } => Error::TransactionError {
+            fatal: *fatal,
+            source: Box::new(clone_error(source)),
+        },
+        Error::TransactionAborted => Error::TransactionAborted,
         Error::Closed => Error::Closed,
         Error::UnsupportedVersion(a) => Error::UnsupportedVersion(a),
         Error::Config(s) => Error::Config(s.clone()),

@@ -107,6 +107,15 @@ pub struct ProducerConfig {
     pub partitioner_rack_aware: bool,
     /// `client.rack` (the producer uses it for rack-aware partitioning only).
     pub client_rack: String,
+    /// `transactional.id`: makes the producer transactional (see [`crate::Producer::init_transactions`]);
+    /// requires idempotence.
+    pub transactional_id: Option<String>,
+    /// `transaction.timeout.ms`: how long the coordinator lets a transaction stay open before
+    /// aborting it.
+    pub transaction_timeout: Duration,
+    /// `max.block.ms`: how long a transactional call (and each of its coordinator requests)
+    /// keeps retrying before it fails.
+    pub max_block: Duration,
 }
 
 impl Default for ProducerConfig {
@@ -131,6 +140,9 @@ impl Default for ProducerConfig {
             partitioner_availability_timeout: Duration::ZERO,
             partitioner_rack_aware: false,
             client_rack: String::new(),
+            transactional_id: None,
+            transaction_timeout: Duration::from_secs(60),
+            max_block: Duration::from_secs(60),
         }
     }
 }
@@ -257,6 +269,13 @@ impl ProducerConfig {
                 }
                 "partitioner.rack.aware" => c.partitioner_rack_aware = parse_bool(k, v)?,
                 "client.rack" => c.client_rack = v.to_string(),
+                "transactional.id" => {
+                    c.transactional_id = Some(v.to_string()).filter(|s| !s.is_empty())
+                }
+                "transaction.timeout.ms" => {
+                    c.transaction_timeout = Duration::from_millis(parse_int(k, v, 0)? as u64)
+                }
+                "max.block.ms" => c.max_block = Duration::from_millis(parse_long(k, v, 0)? as u64),
                 "partitioner.availability.timeout.ms" => {
                     c.partitioner_availability_timeout =
                         Duration::from_millis(parse_long(k, v, 0)? as u64)
@@ -322,7 +341,13 @@ impl ProducerConfig {
                 )));
             }
         }
-        Ok(enabled && !should_disable)
+        let idempotent = enabled && !should_disable;
+        if !idempotent && self.transactional_id.is_some() {
+            return Err(Error::ConfigException(
+                "Cannot set a transactional.id without also enabling idempotence.".into(),
+            ));
+        }
+        Ok(idempotent)
     }
 
     /// The client settings for [`Producer::connect`].

@@ -368,3 +368,50 @@ fn partitioner_settings() {
          either true or false"
     );
 }
+
+#[test]
+fn transactional_config_rules() {
+    let c = props(&[
+        ("transactional.id", "tx-1"),
+        ("transaction.timeout.ms", "30000"),
+        ("max.block.ms", "5000"),
+    ])
+    .unwrap();
+    assert_eq!(c.transactional_id.as_deref(), Some("tx-1"));
+    assert_eq!(c.transaction_timeout, Duration::from_secs(30));
+    assert_eq!(c.max_block, Duration::from_secs(5));
+    assert!(c.idempotence().unwrap());
+    assert_eq!(
+        props(&[]).unwrap().transaction_timeout,
+        Duration::from_secs(60)
+    );
+    // Java: a transactional id needs idempotence, whether it was turned off explicitly or by
+    // a conflicting setting.
+    for conflicting in [("enable.idempotence", "false"), ("acks", "1")] {
+        assert_eq!(
+            config_error(&[("transactional.id", "tx-1"), conflicting]),
+            "Cannot set a transactional.id without also enabling idempotence."
+        );
+    }
+}
+
+#[test]
+fn transactional_batches_carry_the_attribute() {
+    let mut b = ProducerBatch::new("t", 0, 0);
+    b.try_append(rec("v"), None, 16384).unwrap();
+    b.set_producer_state(
+        ProducerIdAndEpoch {
+            producer_id: 9,
+            epoch: 1,
+        },
+        0,
+    )
+    .unwrap();
+    b.transactional = true;
+    let bytes = b.close(Compression::None).unwrap().clone();
+    // Attributes (bytes 21..23): bit 4 is the transactional flag, bit 5 (control) unset.
+    let attributes = i16::from_be_bytes([bytes[21], bytes[22]]);
+    assert_eq!(attributes & 0x30, 0x10);
+    let sets = RecordBatchDecoder::decode_all(&mut bytes.clone()).unwrap();
+    assert!(sets[0].records[0].transactional);
+}

@@ -7,9 +7,11 @@ use strom_protocol::kafka::messages::ApiKey;
 
 /// `(api, min, max)` for every API this client can build requests for and decode responses of.
 ///
-/// Fetch stops at 12 (13+ address topics by id only) and Produce at 11 (13 does too).
+/// Fetch stops at 12 (13+ address topics by id only) and Produce at 12 (13 does too; 12 is
+/// 11 on the wire and tells the broker the producer uses transactions v2, so a transactional
+/// producer without transactions v2 stays at 11, see [`crate::transactions`]).
 pub const CLIENT_VERSIONS: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 11),
+    (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 8),
     (ApiKey::Metadata, 1, 12),
@@ -21,6 +23,12 @@ pub const CLIENT_VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::InitProducerId, 0, 5),
+    // The transactional producer (transactions.rs). AddPartitionsToTxn 4+ is broker-to-broker;
+    // EndTxn 5 and TxnOffsetCommit 5 only with transactions v2.
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 5),
+    (ApiKey::TxnOffsetCommit, 0, 5),
     // The group admin calls (admin_groups.rs).
     (ApiKey::FindCoordinator, 1, 6),
     (ApiKey::ListGroups, 0, 5),
@@ -92,6 +100,10 @@ mod tests {
     fn table_lookup() {
         let v = BrokerVersions::new([(0, 3, 9), (1, 4, 16), (3, 0, 12)]);
         assert_eq!(v.pick(ApiKey::Produce), Some(9));
+        assert_eq!(
+            BrokerVersions::new([(0, 3, 13)]).pick(ApiKey::Produce),
+            Some(12)
+        );
         assert_eq!(v.pick(ApiKey::Fetch), Some(12));
         assert_eq!(v.pick(ApiKey::Metadata), Some(12));
         assert_eq!(v.pick(ApiKey::CreateTopics), None);
