@@ -38,6 +38,7 @@ mod log;
 pub mod producer_state;
 mod reader;
 pub mod segment;
+pub mod txn_index;
 
 use std::path::PathBuf;
 
@@ -88,6 +89,12 @@ pub enum StorageError {
     /// A client batch from a fenced (older) producer epoch.
     #[error("{0}")]
     InvalidProducerEpoch(String),
+    /// A non-transactional batch while the producer's transaction is open.
+    #[error("{0}")]
+    InvalidTxnState(String),
+    /// An end-transaction marker from an older transaction coordinator epoch.
+    #[error("{0}")]
+    TransactionCoordinatorFenced(String),
 }
 
 impl StorageError {
@@ -102,6 +109,8 @@ impl StorageError {
             Self::UnexpectedAppendOffset { .. } => ErrorCode::UnknownServerError,
             Self::OutOfOrderSequence(_) => ErrorCode::OutOfOrderSequenceNumber,
             Self::InvalidProducerEpoch(_) => ErrorCode::InvalidProducerEpoch,
+            Self::InvalidTxnState(_) => ErrorCode::InvalidTxnState,
+            Self::TransactionCoordinatorFenced(_) => ErrorCode::TransactionCoordinatorFenced,
         }
     }
 }
@@ -169,6 +178,9 @@ pub struct FetchDataInfo {
     pub records: bytes::Bytes,
     pub log_start_offset: i64,
     pub log_end_offset: i64,
+    /// For read_committed reads: the aborted transactions overlapping the range read (Kafka's
+    /// `FetchDataInfo.abortedTransactions`); `None` for other reads.
+    pub aborted_transactions: Option<Vec<txn_index::AbortedTxn>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 
 use strom_protocol::batch::{first_sequence, last_sequence};
+use strom_protocol::memory_records::{EndTxnMarker, TxnResult};
 
 use crate::segment::BatchHeader;
 use crate::{AppendOrigin, StorageError};
@@ -95,12 +96,16 @@ impl ProducerStateEntry {
             .copied()
     }
 
-    fn add_batch(&mut self, epoch: i16, meta: BatchMetadata) {
+    fn maybe_update_producer_epoch(&mut self, epoch: i16) {
         if epoch != self.producer_epoch {
             // A new epoch starts a new sequence space: older batches can never match again.
             self.batches.clear();
             self.producer_epoch = epoch;
         }
+    }
+
+    fn add_batch(&mut self, epoch: i16, meta: BatchMetadata) {
+        self.maybe_update_producer_epoch(epoch);
         self.batches.push_back(meta);
         while self.batches.len() > NUM_BATCHES_TO_RETAIN {
             self.batches.pop_front();
@@ -116,6 +121,55 @@ pub enum ProducerStateError {
     OutOfOrderSequence(String),
     /// INVALID_PRODUCER_EPOCH (47).
     InvalidProducerEpoch(String),
+    /// INVALID_TXN_STATE (48): a non-transactional batch while the producer's transaction is
+    /// open.
+    InvalidTxnState(String),
+    /// TRANSACTION_COORDINATOR_FENCED (52): a marker from an older coordinator epoch.
+    TransactionCoordinatorFenced(String),
+}
+
+/// A transaction open in this partition (Kafka's `TxnMetadata`): its producer and its first
+/// offset; `last_offset` is the marker's offset once it completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnMetadata {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    pub last_offset: Option<i64>,
+}
+
+/// A transaction ended by a marker (Kafka's `CompletedTxn`); `last_offset` is the marker's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub is_aborted: bool,
+}
+
+/// A batch with the offsets it has (or will have) in the log.
+#[derive(Debug, Clone, Copy)]
+pub struct PlacedBatch {
+    pub batch: ProducerBatch,
+    pub base_offset: i64,
+    pub last_offset: i64,
+}
+
+/// What one append does to the producer state (Kafka's `ProducerAppendInfo`s of one append,
+/// with their started and completed transactions), computed before anything is written.
+#[derive(Debug, Default)]
+pub struct ProducerAppend {
+    updated: HashMap<i64, ProducerStateEntry>,
+    started: Vec<TxnMetadata>,
+    /// In log order.
+    pub completed: Vec<CompletedTxn>,
+}
+
+/// The outcome of checking a client append.
+#[derive(Debug)]
+pub enum Prepared {
+    /// The (single) batch repeats a retained one; nothing may be written.
+    Duplicate(BatchMetadata),
+    Append(ProducerAppend),
 }
 
 /// The sequence and epoch fields of one batch, as the state machine needs them.
@@ -127,6 +181,9 @@ pub struct ProducerBatch {
     pub offset_delta: i32,
     pub max_timestamp: i64,
     pub is_control: bool,
+    pub is_transactional: bool,
+    /// The end-transaction marker of a control batch (`None`: not a marker, or empty).
+    pub marker: Option<EndTxnMarker>,
 }
 
 impl ProducerBatch {
@@ -142,12 +199,75 @@ impl ProducerBatch {
             offset_delta: h.offset_delta(),
             max_timestamp: h.max_timestamp,
             is_control: h.is_control(),
+            is_transactional: h.is_transactional(),
+            marker: None,
         }
     }
 }
 
 fn in_sequence(last: i32, next: i32) -> bool {
     next as i64 == last as i64 + 1 || (next == 0 && last == i32::MAX)
+}
+
+/// Kafka's `checkProducerEpoch` for data batches and markers of transaction versions 0 and 1
+/// (the marker's epoch may equal the producer's). Replication only logs.
+fn check_producer_epoch(
+    entry: &ProducerStateEntry,
+    epoch: i16,
+    offset: i64,
+    origin: AppendOrigin,
+) -> Result<(), ProducerStateError> {
+    if epoch < entry.producer_epoch {
+        let msg = format!(
+            "Epoch of producer {} at offset {offset} is {epoch}, which is smaller than the last seen epoch {}",
+            entry.producer_id, entry.producer_epoch
+        );
+        if origin == AppendOrigin::Replication {
+            tracing::warn!("{msg}");
+        } else {
+            return Err(ProducerStateError::InvalidProducerEpoch(msg));
+        }
+    }
+    Ok(())
+}
+
+/// Kafka's `appendEndTxnMarker`: checks the producer and coordinator epochs, then ends the
+/// producer's transaction (if it has one: a marker of an empty transaction completes nothing).
+fn append_end_txn_marker(
+    entry: &mut ProducerStateEntry,
+    b: &ProducerBatch,
+    marker: EndTxnMarker,
+    offset: i64,
+    origin: AppendOrigin,
+) -> Result<Option<CompletedTxn>, ProducerStateError> {
+    check_producer_epoch(entry, b.producer_epoch, offset, origin)?;
+    if entry.coordinator_epoch > marker.coordinator_epoch {
+        if origin == AppendOrigin::Replication {
+            tracing::info!(
+                producer_id = entry.producer_id,
+                offset,
+                "marker coordinator epoch {} is older than the known {}",
+                marker.coordinator_epoch,
+                entry.coordinator_epoch
+            );
+        } else {
+            return Err(ProducerStateError::TransactionCoordinatorFenced(format!(
+                "Invalid coordinator epoch for producerId {} at offset {offset}: {} (zombie), {} (current)",
+                entry.producer_id, marker.coordinator_epoch, entry.coordinator_epoch
+            )));
+        }
+    }
+    let completed = entry.current_txn_first_offset.map(|first| CompletedTxn {
+        producer_id: entry.producer_id,
+        first_offset: first,
+        last_offset: offset,
+        is_aborted: marker.result == TxnResult::Abort,
+    });
+    entry.maybe_update_producer_epoch(b.producer_epoch);
+    entry.current_txn_first_offset = None;
+    entry.coordinator_epoch = marker.coordinator_epoch;
+    entry.last_timestamp = b.max_timestamp;
+    Ok(completed)
 }
 
 pub struct ProducerStateManager {
@@ -158,6 +278,11 @@ pub struct ProducerStateManager {
     /// The log offset up to which the state is built (exclusive).
     map_end_offset: i64,
     expiration_ms: i64,
+    /// Open transactions by first offset (Kafka's `ongoingTxns`).
+    ongoing_txns: BTreeMap<i64, TxnMetadata>,
+    /// Completed transactions whose marker the high watermark has not passed yet, by first
+    /// offset (Kafka's `unreplicatedTxns`): they still hold the LSO back.
+    unreplicated_txns: BTreeMap<i64, TxnMetadata>,
 }
 
 impl ProducerStateManager {
@@ -176,6 +301,8 @@ impl ProducerStateManager {
             snapshots,
             map_end_offset: 0,
             expiration_ms,
+            ongoing_txns: BTreeMap::new(),
+            unreplicated_txns: BTreeMap::new(),
         })
     }
 
@@ -205,6 +332,8 @@ impl ProducerStateManager {
         now_ms: i64,
     ) -> Result<i64, StorageError> {
         self.producers.clear();
+        self.ongoing_txns.clear();
+        self.unreplicated_txns.clear();
         let above: Vec<i64> = self
             .snapshots
             .range(log_end_offset + 1..)
@@ -221,6 +350,17 @@ impl ProducerStateManager {
                 Ok(entries) => {
                     for e in entries {
                         if !self.is_expired(now_ms, &e) {
+                            // Kafka's `loadProducerEntry`: an open transaction is ongoing again.
+                            if let Some(first) = e.current_txn_first_offset {
+                                self.ongoing_txns.insert(
+                                    first,
+                                    TxnMetadata {
+                                        producer_id: e.producer_id,
+                                        first_offset: first,
+                                        last_offset: None,
+                                    },
+                                );
+                            }
                             self.producers.insert(e.producer_id, e);
                         }
                     }
@@ -241,41 +381,47 @@ impl ProducerStateManager {
         e.current_txn_first_offset.is_none() && now_ms - e.last_timestamp >= self.expiration_ms
     }
 
-    /// Checks a client append batch by batch (Kafka's `analyzeAndValidateProducerState`).
-    /// `Ok(Some(meta))`: the (single) batch repeats a retained one; nothing may be written.
-    pub fn validate(
+    /// Checks an append batch by batch and computes what it changes (Kafka's
+    /// `analyzeAndValidateProducerState` with one `ProducerAppendInfo` per producer). Client
+    /// appends get every check; replication only logs fenced epochs (but, as Kafka, still refuses
+    /// a non-transactional batch inside an open transaction).
+    pub fn prepare(
         &self,
-        batches: &[ProducerBatch],
+        batches: &[PlacedBatch],
         origin: AppendOrigin,
-    ) -> Result<Option<BatchMetadata>, ProducerStateError> {
-        // Later batches of the same append are checked against the earlier ones.
-        let mut updated: HashMap<i64, (i16, i32)> = HashMap::new();
-        for b in batches.iter().filter(|b| b.producer_id >= 0) {
+    ) -> Result<Prepared, ProducerStateError> {
+        let mut append = ProducerAppend::default();
+        for p in batches.iter().filter(|p| p.batch.producer_id >= 0) {
+            let b = &p.batch;
             let current = self.producers.get(&b.producer_id);
-            if origin == AppendOrigin::Client && updated.is_empty() {
+            if origin == AppendOrigin::Client && append.updated.is_empty() {
                 if let Some(dup) = current.and_then(|e| {
                     e.find_duplicate_batch(b.producer_epoch, b.first_seq, b.last_seq())
                 }) {
-                    return Ok(Some(dup));
+                    return Ok(Prepared::Duplicate(dup));
                 }
             }
-            let (cur_epoch, cur_last_seq) = updated
-                .get(&b.producer_id)
-                .copied()
-                .or_else(|| current.map(|e| (e.producer_epoch, e.last_seq())))
-                .unwrap_or((NO_PRODUCER_EPOCH, -1));
-            if b.producer_epoch < cur_epoch {
-                let msg = format!(
-                    "Epoch of producer {} is {}, which is smaller than the last seen epoch {}",
-                    b.producer_id, b.producer_epoch, cur_epoch
-                );
-                if origin == AppendOrigin::Replication {
-                    tracing::warn!("{msg}");
-                } else {
-                    return Err(ProducerStateError::InvalidProducerEpoch(msg));
+            let entry = append.updated.entry(b.producer_id).or_insert_with(|| {
+                current
+                    .cloned()
+                    .unwrap_or_else(|| ProducerStateEntry::empty(b.producer_id))
+            });
+            if b.is_control {
+                let Some(marker) = b.marker else {
+                    // An empty control batch (its transaction was cleaned away) or another
+                    // control type: nothing for the producer state.
+                    continue;
+                };
+                if let Some(done) = append_end_txn_marker(entry, b, marker, p.base_offset, origin)?
+                {
+                    append.completed.push(done);
                 }
+                continue;
             }
-            if origin == AppendOrigin::Client && !b.is_control {
+            check_producer_epoch(entry, b.producer_epoch, p.base_offset, origin)?;
+            if origin == AppendOrigin::Client {
+                let cur_epoch = entry.producer_epoch;
+                let cur_last_seq = entry.last_seq();
                 if b.producer_epoch != cur_epoch {
                     if b.first_seq != 0 && cur_epoch != NO_PRODUCER_EPOCH {
                         return Err(ProducerStateError::OutOfOrderSequence(format!(
@@ -293,30 +439,161 @@ impl ProducerStateManager {
                     )));
                 }
             }
-            updated.insert(b.producer_id, (b.producer_epoch, b.last_seq()));
+            entry.add_batch(
+                b.producer_epoch,
+                BatchMetadata {
+                    last_seq: b.last_seq(),
+                    last_offset: p.last_offset,
+                    offset_delta: (p.last_offset - p.base_offset) as i32,
+                    timestamp: b.max_timestamp,
+                },
+            );
+            match entry.current_txn_first_offset {
+                Some(_) if !b.is_transactional => {
+                    return Err(ProducerStateError::InvalidTxnState(format!(
+                        "Expected transactional write from producer {} at offset {}",
+                        b.producer_id, p.base_offset
+                    )));
+                }
+                None if b.is_transactional => {
+                    entry.current_txn_first_offset = Some(p.base_offset);
+                    append.started.push(TxnMetadata {
+                        producer_id: b.producer_id,
+                        first_offset: p.base_offset,
+                        last_offset: None,
+                    });
+                }
+                _ => {}
+            }
         }
-        Ok(None)
+        Ok(Prepared::Append(append))
     }
 
-    /// Records a batch now in the log at `last_offset` (leader, follower and replay on load).
-    pub fn update(&mut self, b: &ProducerBatch, last_offset: i64) {
-        self.map_end_offset = self.map_end_offset.max(last_offset + 1);
-        if b.producer_id < 0 || b.is_control {
-            return;
+    /// Checks a client append without offsets (tests): `Ok(Some(meta))` for a duplicate.
+    pub fn validate(
+        &self,
+        batches: &[ProducerBatch],
+        origin: AppendOrigin,
+    ) -> Result<Option<BatchMetadata>, ProducerStateError> {
+        let mut next = self.map_end_offset;
+        let placed: Vec<PlacedBatch> = batches
+            .iter()
+            .map(|b| {
+                let base = next;
+                next += b.offset_delta as i64 + 1;
+                PlacedBatch {
+                    batch: *b,
+                    base_offset: base,
+                    last_offset: next - 1,
+                }
+            })
+            .collect();
+        match self.prepare(&placed, origin)? {
+            Prepared::Duplicate(d) => Ok(Some(d)),
+            Prepared::Append(_) => Ok(None),
         }
-        let entry = self
-            .producers
-            .entry(b.producer_id)
-            .or_insert_with(|| ProducerStateEntry::empty(b.producer_id));
-        entry.add_batch(
-            b.producer_epoch,
-            BatchMetadata {
-                last_seq: b.last_seq(),
-                last_offset,
-                offset_delta: b.offset_delta,
-                timestamp: b.max_timestamp,
-            },
-        );
+    }
+
+    /// Makes a prepared append the state (Kafka's `update(appendInfo)` for each producer): the
+    /// producers' entries, and the transactions it started are ongoing. Its completed
+    /// transactions are then finished one by one with [`Self::last_stable_offset_of`] and
+    /// [`Self::complete_txn`], by the log, which indexes the aborted ones in between.
+    pub fn apply(&mut self, append: &ProducerAppend) {
+        for (id, e) in &append.updated {
+            self.producers.insert(*id, e.clone());
+        }
+        for t in &append.started {
+            self.ongoing_txns.insert(t.first_offset, *t);
+        }
+    }
+
+    /// Kafka's `updateMapEndOffset`: the state now covers the log below `offset`.
+    pub fn update_map_end_offset(&mut self, offset: i64) {
+        self.map_end_offset = offset;
+    }
+
+    /// Records a batch now in the log at `last_offset` as replication would (tests and simple
+    /// replays): no checks beyond Kafka's, completed transactions finished at once.
+    pub fn update(&mut self, b: &ProducerBatch, last_offset: i64) {
+        let placed = PlacedBatch {
+            batch: *b,
+            base_offset: last_offset - b.offset_delta as i64,
+            last_offset,
+        };
+        match self.prepare(&[placed], AppendOrigin::Replication) {
+            Ok(Prepared::Append(a)) => {
+                self.apply(&a);
+                for t in &a.completed {
+                    self.complete_txn(t);
+                }
+            }
+            Ok(Prepared::Duplicate(_)) => {}
+            Err(e) => tracing::warn!("producer state not updated: {e:?}"),
+        }
+        self.map_end_offset = self.map_end_offset.max(last_offset + 1);
+    }
+
+    /// Kafka's `lastStableOffset(completedTxn)`: the LSO right after this transaction's marker:
+    /// the first offset of the oldest transaction of another producer still open, else the
+    /// offset after the marker. Called before [`Self::complete_txn`].
+    pub fn last_stable_offset_of(&self, completed: &CompletedTxn) -> i64 {
+        self.ongoing_txns
+            .values()
+            .find(|t| t.producer_id != completed.producer_id)
+            .map_or(completed.last_offset + 1, |t| t.first_offset)
+    }
+
+    /// Kafka's `completeTxn`: the transaction stops being ongoing and waits, unreplicated, for
+    /// the high watermark to pass its marker.
+    pub fn complete_txn(&mut self, completed: &CompletedTxn) {
+        match self.ongoing_txns.remove(&completed.first_offset) {
+            Some(mut t) => {
+                t.last_offset = Some(completed.last_offset);
+                self.unreplicated_txns.insert(completed.first_offset, t);
+            }
+            None => tracing::warn!(
+                producer_id = completed.producer_id,
+                first_offset = completed.first_offset,
+                "completed a transaction that was not ongoing"
+            ),
+        }
+    }
+
+    /// Kafka's `onHighWatermarkUpdated`: completed transactions whose marker is below the HW
+    /// no longer hold the LSO back.
+    pub fn on_high_watermark_updated(&mut self, high_watermark: i64) {
+        self.remove_unreplicated_transactions(high_watermark);
+    }
+
+    /// Kafka's `onLogStartOffsetIncremented`.
+    pub fn on_log_start_offset_incremented(&mut self, log_start_offset: i64) {
+        self.remove_unreplicated_transactions(log_start_offset);
+        self.map_end_offset = self.map_end_offset.max(log_start_offset);
+    }
+
+    fn remove_unreplicated_transactions(&mut self, offset: i64) {
+        self.unreplicated_txns
+            .retain(|_, t| t.last_offset.is_none_or(|last| last >= offset));
+    }
+
+    /// Kafka's `firstUndecidedOffset`: the first offset of the oldest open transaction.
+    pub fn first_undecided_offset(&self) -> Option<i64> {
+        self.ongoing_txns.keys().next().copied()
+    }
+
+    /// Kafka's `firstUnstableOffset`: the oldest first offset of an open transaction or of a
+    /// completed one whose marker is not yet below the HW.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        let unreplicated = self.unreplicated_txns.keys().next().copied();
+        match (unreplicated, self.first_undecided_offset()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The open transactions, oldest first.
+    pub fn ongoing_transactions(&self) -> impl Iterator<Item = &TxnMetadata> {
+        self.ongoing_txns.values()
     }
 
     /// Writes `<map end offset>.snapshot` (atomically: temp file, fsync, rename).
@@ -477,6 +754,8 @@ mod tests {
             offset_delta: n - 1,
             max_timestamp: 1_000,
             is_control: false,
+            is_transactional: false,
+            marker: None,
         }
     }
 
