@@ -90,7 +90,19 @@ impl LocalLog {
     /// After the log start or end moved: log start <= HW <= LEO.
     fn clamp_high_watermark(&mut self) {
         let (start, end) = (self.log.log_start_offset(), self.log.log_end_offset());
-        self.high_watermark = self.high_watermark.min(end).max(start);
+        self.set_high_watermark(self.high_watermark.min(end).max(start));
+    }
+
+    /// The one place the HW changes: the producer state hears of it too, so completed
+    /// transactions below it stop holding the LSO back (Kafka's `updateHighWatermarkMetadata`).
+    fn set_high_watermark(&mut self, hw: i64) {
+        self.high_watermark = hw;
+        self.log.update_high_watermark(hw);
+    }
+
+    /// The last stable offset: the first unstable offset if below the HW, else the HW.
+    fn last_stable_offset(&self) -> i64 {
+        self.log.last_stable_offset(self.high_watermark)
     }
 }
 
@@ -469,6 +481,10 @@ impl Partition {
     pub fn high_watermark(&self) -> i64 {
         self.published.high_watermark.load(Ordering::Acquire)
     }
+    /// The last stable offset now (read_committed consumers see only below it).
+    pub fn last_stable_offset(&self) -> i64 {
+        self.offset_snapshot().last_stable_offset
+    }
     pub fn log_end_offset(&self) -> i64 {
         self.published.log_end_offset.load(Ordering::Acquire)
     }
@@ -483,7 +499,7 @@ impl Partition {
     fn maybe_increment_leader_hw(log: &mut LocalLog, repl: &LeaderState, now_ms: i64) -> bool {
         match repl.high_watermark_candidate(log.log.log_end_offset(), now_ms) {
             Some(hw) if hw > log.high_watermark => {
-                log.high_watermark = hw;
+                log.set_high_watermark(hw);
                 true
             }
             _ => false,
@@ -854,7 +870,7 @@ impl Partition {
         let hw = leader_hw
             .min(log.log.log_end_offset())
             .max(log.log.log_start_offset());
-        log.high_watermark = hw;
+        log.set_high_watermark(hw);
         hw
     }
 
@@ -888,7 +904,7 @@ impl Partition {
         self.check_follower(&st)?;
         let mut log = self.lock_log(&st);
         log.log.truncate_fully_and_start_at(offset)?;
-        log.high_watermark = offset;
+        log.set_high_watermark(offset);
         Ok(())
     }
 
