@@ -664,21 +664,28 @@ pub fn write_snapshot(entries: &[&ProducerStateEntry]) -> Vec<u8> {
     let count: usize = entries.iter().map(|e| e.batches.len().max(1)).sum();
     body.extend_from_slice(&(count as i32).to_be_bytes());
     for e in entries {
-        let put = |body: &mut Vec<u8>, b: Option<&BatchMetadata>| {
+        // The newest entry carries the producer's last timestamp, as Kafka's only entry does
+        // (a marker after the last batch moves it).
+        let newest = e.batches.len().saturating_sub(1);
+        let put = |body: &mut Vec<u8>, b: Option<&BatchMetadata>, i: usize| {
+            let timestamp = match b {
+                Some(b) if i != newest => b.timestamp,
+                _ => e.last_timestamp,
+            };
             body.extend_from_slice(&e.producer_id.to_be_bytes());
             body.extend_from_slice(&e.producer_epoch.to_be_bytes());
             body.extend_from_slice(&b.map_or(-1, |b| b.last_seq).to_be_bytes());
             body.extend_from_slice(&b.map_or(-1, |b| b.last_offset).to_be_bytes());
             body.extend_from_slice(&b.map_or(0, |b| b.offset_delta).to_be_bytes());
-            body.extend_from_slice(&b.map_or(e.last_timestamp, |b| b.timestamp).to_be_bytes());
+            body.extend_from_slice(&timestamp.to_be_bytes());
             body.extend_from_slice(&e.coordinator_epoch.to_be_bytes());
             body.extend_from_slice(&e.current_txn_first_offset.unwrap_or(-1).to_be_bytes());
         };
         if e.batches.is_empty() {
-            put(&mut body, None);
+            put(&mut body, None, 0);
         }
-        for b in &e.batches {
-            put(&mut body, Some(b));
+        for (i, b) in e.batches.iter().enumerate() {
+            put(&mut body, Some(b), i);
         }
     }
     let mut out = Vec::with_capacity(6 + body.len());
