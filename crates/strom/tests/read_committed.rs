@@ -6,7 +6,9 @@
 //! answers the LSO for isolation level 1; a read_committed long-poll wakes when the LSO moves;
 //! WriteTxnMarkers answers per partition (fenced coordinator epoch, unknown partition);
 //! DescribeProducers shows the open transaction; and after a SIGKILL and restart the same
-//! answers, with a transaction open across the crash still open.
+//! answers, with a transaction open across the crash still open. The same sequence of
+//! transactions, written to a Kafka 4.4 broker by real transactional Java producers, gets the
+//! same Fetch answers (LSO, records, aborted list).
 
 mod common;
 
@@ -43,13 +45,15 @@ fn name(s: &str) -> TopicName {
 }
 
 async fn connect(broker: &Broker) -> Connection {
+    connect_to(&broker.bootstrap()).await
+}
+
+async fn connect_to(addr: &str) -> Connection {
     let config = ConnectionConfig {
         request_timeout: Duration::from_secs(60),
         ..ConnectionConfig::default()
     };
-    Connection::connect(&broker.bootstrap(), config)
-        .await
-        .expect("connect")
+    Connection::connect(addr, config).await.expect("connect")
 }
 
 async fn producer_id(c: &Connection) -> i64 {
@@ -359,4 +363,229 @@ fn read_committed_fetch_list_offsets_and_markers_survive_sigkill() {
         "{files:?}"
     );
     assert_clean_exit(broker.stop());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Against Kafka 4.4: the same transactions written by real Java transactional producers.
+
+/// A Java program (run from source with Kafka's client jars) that drives two transactional
+/// producers and a plain one, one command per stdin line, answering `ok <command>`.
+const JAVA_TXN: &str = r#"
+import java.io.*;
+import java.util.*;
+import java.util.concurrent.Future;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.serialization.StringSerializer;
+
+public class Txn {
+    static KafkaProducer<String, String> producer(String bootstrap, String txnId) {
+        Properties c = new Properties();
+        c.put("bootstrap.servers", bootstrap);
+        c.put("key.serializer", StringSerializer.class.getName());
+        c.put("value.serializer", StringSerializer.class.getName());
+        if (txnId != null) c.put("transactional.id", txnId);
+        return new KafkaProducer<>(c);
+    }
+    static void send(KafkaProducer<String, String> p, String topic, int n) throws Exception {
+        List<Future<RecordMetadata>> sent = new ArrayList<>();
+        for (int i = 0; i < n; i++) sent.add(p.send(new ProducerRecord<>(topic, 0, "k" + i, "v" + i)));
+        p.flush();
+        for (Future<RecordMetadata> f : sent) f.get();
+    }
+    public static void main(String[] args) throws Exception {
+        String bootstrap = args[0], topic = args[1];
+        KafkaProducer<String, String> a = producer(bootstrap, "ta"), b = producer(bootstrap, "tb");
+        KafkaProducer<String, String> plain = producer(bootstrap, null);
+        a.initTransactions();
+        b.initTransactions();
+        System.out.println("ok ready");
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+        for (String line; (line = in.readLine()) != null; ) {
+            switch (line) {
+                case "a": a.beginTransaction(); send(a, topic, 2); break;
+                case "b": b.beginTransaction(); send(b, topic, 2); break;
+                case "plain": send(plain, topic, 1); break;
+                case "abort-a": a.abortTransaction(); break;
+                case "commit-b": b.commitTransaction(); break;
+                default: a.close(); b.close(); plain.close(); return;
+            }
+            System.out.println("ok " + line);
+        }
+    }
+}
+"#;
+
+/// The Java program, killed on drop.
+struct JavaTxn {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl JavaTxn {
+    fn start(bootstrap: &str) -> JavaTxn {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("Txn.java");
+        std::fs::write(&src, JAVA_TXN).unwrap();
+        let cp =
+            std::process::Command::new(common::kafka_ref::repo_root().join("scripts/kafka-ref.sh"))
+                .arg("classpath")
+                .output()
+                .unwrap();
+        let cp = String::from_utf8(cp.stdout).unwrap();
+        let mut child = std::process::Command::new("java")
+            .arg("-cp")
+            .arg(cp.trim())
+            .arg(&src)
+            .arg(bootstrap)
+            .arg(TOPIC)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("run java");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut j = JavaTxn {
+            child,
+            stdin,
+            lines,
+            _dir: dir,
+        };
+        j.expect("ready");
+        j
+    }
+
+    fn expect(&mut self, cmd: &str) {
+        let want = format!("ok {cmd}");
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|e| panic!("java producer did not answer {cmd}: {e}"));
+            if line == want {
+                return;
+            }
+        }
+    }
+
+    fn step(&mut self, cmd: &str) {
+        use std::io::Write;
+        writeln!(self.stdin, "{cmd}").unwrap();
+        self.stdin.flush().unwrap();
+        self.expect(cmd);
+    }
+}
+
+impl Drop for JavaTxn {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fetch answer with producer ids replaced by their order of first appearance in the log
+/// (the brokers allocate different ids): (hw, lso, [(offset, control, producer)], aborted
+/// [(producer, first offset)] or null).
+type Normalized = (i64, i64, Vec<(i64, bool, usize)>, Option<Vec<(usize, i64)>>);
+
+async fn normalized(c: &Connection, isolation: i8) -> Normalized {
+    let resp = c.send(&fetch_request(0, isolation, 0), 11).await.unwrap();
+    let all = c.send(&fetch_request(0, 0, 0), 11).await.unwrap();
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    // Roles from the whole log, so a producer's number does not depend on what this read saw.
+    let mut roles: Vec<i64> = Vec::new();
+    let mut bytes = all.responses[0].partitions[0]
+        .records
+        .clone()
+        .unwrap_or_default();
+    while !bytes.is_empty() {
+        let set = RecordBatchDecoder::decode(&mut bytes).unwrap();
+        for r in &set.records {
+            if !r.control && !roles.contains(&r.producer_id) {
+                roles.push(r.producer_id);
+            }
+        }
+    }
+    let role = |pid: i64| roles.iter().position(|&r| r == pid).unwrap_or(usize::MAX);
+    let mut records = Vec::new();
+    let mut bytes = p.records.clone().unwrap_or_default();
+    while !bytes.is_empty() {
+        let set = RecordBatchDecoder::decode(&mut bytes).unwrap();
+        records.extend(
+            set.records
+                .iter()
+                .map(|r| (r.offset, r.control, role(r.producer_id))),
+        );
+    }
+    let aborted = p.aborted_transactions.as_ref().map(|l| {
+        l.iter()
+            .map(|a| (role(a.producer_id.0), a.first_offset))
+            .collect()
+    });
+    (p.high_watermark, p.last_stable_offset, records, aborted)
+}
+
+#[test]
+fn same_fetch_answers_as_kafka() {
+    if let Err(why) = common::kafka_ref::oracle_available() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let kafka = common::kafka_ref::KafkaRef::start();
+    let mut java = JavaTxn::start(&kafka.bootstrap());
+    let broker = Broker::start();
+    create_topic(&broker, TOPIC, 1, &[]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let strom = connect(&broker).await;
+        let k = connect_to(&kafka.bootstrap()).await;
+        let a = producer_id(&strom).await;
+        let b = producer_id(&strom).await;
+        for step in ["a", "b", "plain", "abort-a", "commit-b"] {
+            java.step(step);
+            match step {
+                "a" => assert_eq!(produce(&strom, batch(a, 0, 2, true), Some("ta")).await.0, 0),
+                "b" => assert_eq!(produce(&strom, batch(b, 0, 2, true), Some("tb")).await.0, 0),
+                "plain" => assert_eq!(produce(&strom, batch(-1, 0, 1, false), None).await.0, 0),
+                "abort-a" => assert_eq!(marker(&strom, a, false, 0, &[0]).await, vec![0]),
+                _ => assert_eq!(marker(&strom, b, true, 0, &[0]).await, vec![0]),
+            }
+            for isolation in [READ_COMMITTED, 0] {
+                let ours = normalized(&strom, isolation).await;
+                // Kafka's coordinator writes the markers after EndTxn answered: bounded poll
+                // until its answer settles on ours (or the last one is reported).
+                let mut theirs = normalized(&k, isolation).await;
+                for _ in 0..100 {
+                    if theirs == ours {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    theirs = normalized(&k, isolation).await;
+                }
+                assert_eq!(ours, theirs, "after {step}, isolation {isolation}");
+                let (lso_ours, lso_theirs) =
+                    (latest(&strom, isolation).await, latest(&k, isolation).await);
+                assert_eq!(lso_ours, lso_theirs, "ListOffsets latest after {step}");
+            }
+        }
+    });
+    drop(java);
 }
