@@ -520,6 +520,27 @@ impl Partition {
         expected_leader_epoch: i32,
         now_ms: i64,
     ) -> Result<LogAppendInfo, PartitionError> {
+        self.append_records_to_leader_with_txn_version(
+            records,
+            origin,
+            required_acks,
+            expected_leader_epoch,
+            0,
+            now_ms,
+        )
+    }
+
+    /// [`Self::append_records_to_leader`] of transaction markers of `transaction_version`
+    /// (WriteTxnMarkers v2), which decides how strictly their producer epoch is checked.
+    pub fn append_records_to_leader_with_txn_version(
+        &self,
+        records: &[u8],
+        origin: AppendOrigin,
+        required_acks: i16,
+        expected_leader_epoch: i32,
+        transaction_version: i16,
+        now_ms: i64,
+    ) -> Result<LogAppendInfo, PartitionError> {
         let (info, hw_moved) = {
             let st = self.state.read();
             self.check_leader(&st)?;
@@ -533,9 +554,13 @@ impl Partition {
                     ));
                 }
             }
-            let info = log
-                .log
-                .append_as_leader(records, st.leader_epoch, origin, now_ms)?;
+            let info = log.log.append_as_leader_with_txn_version(
+                records,
+                st.leader_epoch,
+                origin,
+                transaction_version,
+                now_ms,
+            )?;
             let repl = st.replication.lock();
             let moved = Self::maybe_increment_leader_hw(&mut log, &repl, now_ms);
             (info, moved)

@@ -351,6 +351,19 @@ impl UnifiedLog {
         origin: AppendOrigin,
         now_ms: i64,
     ) -> Result<LogAppendInfo, StorageError> {
+        self.append_as_leader_with_txn_version(records, leader_epoch, origin, 0, now_ms)
+    }
+
+    /// [`Self::append_as_leader`] of transaction markers of `transaction_version` (from
+    /// WriteTxnMarkers v2 on; 0 before), which decides how their producer epoch is checked.
+    pub fn append_as_leader_with_txn_version(
+        &mut self,
+        records: &[u8],
+        leader_epoch: i32,
+        origin: AppendOrigin,
+        transaction_version: i16,
+        now_ms: i64,
+    ) -> Result<LogAppendInfo, StorageError> {
         let analyzed = self.analyze(records, origin, None)?;
         if analyzed.batches == 0 {
             return Ok(self.empty_append_info());
@@ -370,21 +383,22 @@ impl UnifiedLog {
                 }
             })
             .collect();
-        let producer_append = match self.prepare_producer_append(&placed, origin)? {
-            Prepared::Append(a) => a,
-            Prepared::Duplicate(dup) => {
-                // A retry of a batch already in the log: answer with where it went.
-                return Ok(LogAppendInfo {
-                    first_offset: dup.first_offset(),
-                    last_offset: dup.last_offset,
-                    max_timestamp: dup.timestamp,
-                    log_append_time: -1,
-                    num_messages: 0,
-                    valid_bytes: 0,
-                    log_start_offset: self.log_start_offset,
-                });
-            }
-        };
+        let producer_append =
+            match self.prepare_producer_append(&placed, origin, transaction_version)? {
+                Prepared::Append(a) => a,
+                Prepared::Duplicate(dup) => {
+                    // A retry of a batch already in the log: answer with where it went.
+                    return Ok(LogAppendInfo {
+                        first_offset: dup.first_offset(),
+                        last_offset: dup.last_offset,
+                        max_timestamp: dup.timestamp,
+                        log_append_time: -1,
+                        num_messages: 0,
+                        valid_bytes: 0,
+                        log_start_offset: self.log_start_offset,
+                    });
+                }
+            };
         let log_append = self.config.message_timestamp_type == TimestampType::LogAppendTime;
         let mut buf = records.to_vec();
         let first_offset = self.log_end_offset;
@@ -458,12 +472,13 @@ impl UnifiedLog {
         }
         // Replication only logs fenced epochs; as Kafka, it still refuses a non-transactional
         // batch inside an open transaction (the leader never wrote one).
-        let producer_append = match self
-            .prepare_producer_append(&placed, AppendOrigin::Replication)?
-        {
-            Prepared::Append(p) => p,
-            Prepared::Duplicate(_) => unreachable!("replication is never checked for duplicates"),
-        };
+        let producer_append =
+            match self.prepare_producer_append(&placed, AppendOrigin::Replication, 0)? {
+                Prepared::Append(p) => p,
+                Prepared::Duplicate(_) => {
+                    unreachable!("replication is never checked for duplicates")
+                }
+            };
         self.maybe_roll(
             records.len(),
             a.max_timestamp,

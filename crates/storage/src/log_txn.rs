@@ -58,9 +58,10 @@ impl UnifiedLog {
         &self,
         placed: &[PlacedBatch],
         origin: AppendOrigin,
+        transaction_version: i16,
     ) -> Result<Prepared, StorageError> {
         self.producer_state
-            .prepare(placed, origin)
+            .prepare_with_txn_version(placed, origin, transaction_version)
             .map_err(producer_state_error)
     }
 

@@ -309,3 +309,28 @@ fn txn_index_goes_with_its_segment() {
         .exists());
     assert_eq!(log.first_unstable_offset(), None);
 }
+
+#[test]
+fn transaction_version_2_markers_need_a_bumped_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), config());
+    let tv2 = |log: &mut UnifiedLog, epoch: i16, result: TxnResult| {
+        let m = end_txn_marker(1, epoch, 0, result, T0 + 100);
+        log.append_as_leader_with_txn_version(&m, 0, AppendOrigin::Coordinator, 2, T0)
+    };
+    client(&mut log, &txn_batch(1, 4, 0, 1, true)).unwrap();
+    // The data's epoch is not enough for a TV2 marker while the transaction is open.
+    let err = tv2(&mut log, 4, TxnResult::Commit).unwrap_err();
+    assert!(
+        matches!(err, StorageError::InvalidProducerEpoch(_)),
+        "{err:?}"
+    );
+    tv2(&mut log, 5, TxnResult::Commit).unwrap();
+    assert_eq!(log.producer_state().producers()[&1].producer_epoch, 5);
+    // A retry of that marker (same epoch, transaction over) is written again, as Kafka does.
+    let leo = log.log_end_offset();
+    tv2(&mut log, 5, TxnResult::Commit).unwrap();
+    assert_eq!(log.log_end_offset(), leo + 1);
+    // An older one is still fenced.
+    assert!(tv2(&mut log, 4, TxnResult::Abort).is_err());
+}

@@ -209,18 +209,37 @@ fn in_sequence(last: i32, next: i32) -> bool {
     next as i64 == last as i64 + 1 || (next == 0 && last == i32::MAX)
 }
 
-/// Kafka's `checkProducerEpoch` for data batches and markers of transaction versions 0 and 1
-/// (the marker's epoch may equal the producer's). Replication only logs.
+/// Kafka's `checkProducerEpoch`: data batches and markers of transaction versions 0 and 1 may
+/// carry the producer's epoch; a marker of version 2 must carry a newer one, except a retry of
+/// the marker that already ended the transaction (same epoch, no transaction open: written
+/// again, as Kafka does). Replication only logs.
 fn check_producer_epoch(
     entry: &ProducerStateEntry,
     epoch: i16,
     offset: i64,
     origin: AppendOrigin,
+    transaction_version: i16,
 ) -> Result<(), ProducerStateError> {
-    if epoch < entry.producer_epoch {
+    let current = entry.producer_epoch;
+    let invalid = if transaction_version >= 2 {
+        epoch <= current
+    } else {
+        epoch < current
+    };
+    if invalid {
+        if transaction_version >= 2 && epoch == current && entry.current_txn_first_offset.is_none()
+        {
+            tracing::info!(
+                producer_id = entry.producer_id,
+                epoch,
+                "transaction marker retry of a completed transaction"
+            );
+            return Ok(());
+        }
+        let comparison = if transaction_version >= 2 { "<=" } else { "<" };
         let msg = format!(
-            "Epoch of producer {} at offset {offset} is {epoch}, which is smaller than the last seen epoch {}",
-            entry.producer_id, entry.producer_epoch
+            "Epoch of producer {} at offset {offset} is {epoch}, which is {comparison} the last seen epoch {current} (TV{transaction_version})",
+            entry.producer_id
         );
         if origin == AppendOrigin::Replication {
             tracing::warn!("{msg}");
@@ -239,8 +258,15 @@ fn append_end_txn_marker(
     marker: EndTxnMarker,
     offset: i64,
     origin: AppendOrigin,
+    transaction_version: i16,
 ) -> Result<Option<CompletedTxn>, ProducerStateError> {
-    check_producer_epoch(entry, b.producer_epoch, offset, origin)?;
+    // Replication does not know the version (it is not in the batch): the lenient check.
+    let version = if origin == AppendOrigin::Replication {
+        0
+    } else {
+        transaction_version
+    };
+    check_producer_epoch(entry, b.producer_epoch, offset, origin, version)?;
     if entry.coordinator_epoch > marker.coordinator_epoch {
         if origin == AppendOrigin::Replication {
             tracing::info!(
@@ -390,6 +416,18 @@ impl ProducerStateManager {
         batches: &[PlacedBatch],
         origin: AppendOrigin,
     ) -> Result<Prepared, ProducerStateError> {
+        self.prepare_with_txn_version(batches, origin, 0)
+    }
+
+    /// [`Self::prepare`] with the transaction version of the markers being written
+    /// (WriteTxnMarkers v2): from 2 on, a marker's producer epoch must be above the producer's
+    /// (the coordinator bumped it), except a retry of the marker that ended the transaction.
+    pub fn prepare_with_txn_version(
+        &self,
+        batches: &[PlacedBatch],
+        origin: AppendOrigin,
+        transaction_version: i16,
+    ) -> Result<Prepared, ProducerStateError> {
         let mut append = ProducerAppend::default();
         for p in batches.iter().filter(|p| p.batch.producer_id >= 0) {
             let b = &p.batch;
@@ -412,13 +450,19 @@ impl ProducerStateManager {
                     // control type: nothing for the producer state.
                     continue;
                 };
-                if let Some(done) = append_end_txn_marker(entry, b, marker, p.base_offset, origin)?
-                {
+                if let Some(done) = append_end_txn_marker(
+                    entry,
+                    b,
+                    marker,
+                    p.base_offset,
+                    origin,
+                    transaction_version,
+                )? {
                     append.completed.push(done);
                 }
                 continue;
             }
-            check_producer_epoch(entry, b.producer_epoch, p.base_offset, origin)?;
+            check_producer_epoch(entry, b.producer_epoch, p.base_offset, origin, 0)?;
             if origin == AppendOrigin::Client {
                 let cur_epoch = entry.producer_epoch;
                 let cur_last_seq = entry.last_seq();

@@ -37,6 +37,7 @@ use strom_protocol::records::{
 
 const TOPIC: &str = "rc";
 const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
+const INVALID_PRODUCER_EPOCH: i16 = 47;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const READ_COMMITTED: i8 = 1;
 
@@ -127,15 +128,30 @@ async fn marker(
     coord_epoch: i32,
     partitions: &[i32],
 ) -> Vec<i16> {
+    marker_tv(c, pid, 0, commit, coord_epoch, partitions, None).await
+}
+
+/// WriteTxnMarkers for `pid`/`epoch`: v1, or v2 with this transaction version.
+async fn marker_tv(
+    c: &Connection,
+    pid: i64,
+    epoch: i16,
+    commit: bool,
+    coord_epoch: i32,
+    partitions: &[i32],
+    transaction_version: Option<i8>,
+) -> Vec<i16> {
     let req = WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
         .with_producer_id(ProducerId(pid))
-        .with_producer_epoch(0)
+        .with_producer_epoch(epoch)
         .with_transaction_result(commit)
         .with_coordinator_epoch(coord_epoch)
+        .with_transaction_version(transaction_version.unwrap_or(0))
         .with_topics(vec![WritableTxnMarkerTopic::default()
             .with_name(name(TOPIC))
             .with_partition_indexes(partitions.to_vec())])]);
-    let resp = c.send(&req, 1).await.unwrap();
+    let version = if transaction_version.is_some() { 2 } else { 1 };
+    let resp = c.send(&req, version).await.unwrap();
     assert_eq!(resp.markers.len(), 1);
     assert_eq!(resp.markers[0].producer_id.0, pid);
     resp.markers[0].topics[0]
@@ -343,8 +359,11 @@ fn read_committed_fetch_list_offsets_and_markers_survive_sigkill() {
             (7, 10)
         );
         assert_eq!(producers(&c).await, vec![(a, -1), (b, -1), (c_pid, 7)]);
-        // Abort c after the restart: both aborted transactions are listed from 0.
-        assert_eq!(marker(&c, c_pid, false, 3, &[0]).await, vec![0]);
+        // Abort c after the restart, as a TV2 coordinator does (v2, epoch bumped; the data's
+        // epoch is refused): both aborted transactions are listed from 0.
+        let tv2 = |epoch| marker_tv(&c, c_pid, epoch, false, 3, &[0], Some(2));
+        assert_eq!(tv2(0).await, vec![INVALID_PRODUCER_EPOCH]);
+        assert_eq!(tv2(1).await, vec![0]);
         let rc = fetch(&c, 0, READ_COMMITTED).await;
         assert_eq!(rc.last_stable_offset, 11);
         assert_eq!(rc.records, offsets(0..11, &[5, 6, 10]));

@@ -275,7 +275,7 @@ pub static REGISTRY: &[ApiEntry] = &[
     api!(
         WriteTxnMarkers,
         1,
-        1,
+        2,
         BROKER,
         forward = false,
         WriteTxnMarkersRequest,

@@ -24,6 +24,7 @@ use crate::server::Broker;
 /// Kafka's `request.timeout.ms` default, which bounds the wait for the markers' HW.
 const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
 
+/// Versions 1 and 2 (v2 adds each marker's transaction version; v1's markers are version 0).
 pub async fn handle(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse {
     let timeout = Duration::from_millis(
         broker
@@ -59,6 +60,7 @@ pub async fn handle(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> WriteT
                     marker.producer_id.0,
                     marker.producer_epoch,
                     marker.coordinator_epoch,
+                    marker.transaction_version as i16,
                     result,
                     now,
                 ) {
@@ -111,6 +113,7 @@ fn append_marker(
     producer_id: i64,
     producer_epoch: i16,
     coordinator_epoch: i32,
+    transaction_version: i16,
     result: TxnResult,
     now: i64,
 ) -> Result<(Arc<Partition>, i64), ErrorCode> {
@@ -122,11 +125,12 @@ fn append_marker(
         .leader_epoch_if_leader()
         .map_err(|e| e.error_code())?;
     let batch = end_txn_marker(producer_id, producer_epoch, coordinator_epoch, result, now);
-    match partition.append_records_to_leader(
+    match partition.append_records_to_leader_with_txn_version(
         &batch,
         AppendOrigin::Coordinator,
         -1,
         leader_epoch,
+        transaction_version,
         now,
     ) {
         Ok(info) => Ok((partition, info.last_offset + 1)),
