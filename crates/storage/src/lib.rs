@@ -25,9 +25,15 @@
 //! `flush.ms` is honoured by [`UnifiedLog::flush_if_due`]. The broker's chores call both every
 //! `log.flush.scheduler.interval.ms`.
 //!
-//! It does not own the set of partitions (the broker's log manager does), the high watermark,
-//! replication, producer state or transactions. Batches are never decoded on the append or read
-//! path: only their 61-byte headers are read or patched (via `strom_protocol::batch`).
+//! - [`producer_state::ProducerStateManager`]: idempotent producers and their transactions
+//!   (open, completed, not yet below the HW), which give the first unstable offset; the log
+//!   indexes aborted transactions in each segment's `.txnindex` ([`txn_index`]) for
+//!   read_committed fetches, and rebuilds both after a crash or a truncation.
+//!
+//! It does not own the set of partitions (the broker's log manager does), the high watermark
+//! (the broker's partition tells the log where it is) or replication. Batches are never decoded
+//! on the append or read path: only their 61-byte headers are read or patched (via
+//! `strom_protocol::batch`), except control batches (one tiny record: the transaction marker).
 
 pub mod checkpoint;
 pub mod config;

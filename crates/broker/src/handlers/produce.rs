@@ -174,6 +174,10 @@ fn append_all(
                     if let Err((code, msg)) = check_one_batch(&records, version) {
                         return resp.with_error_code(code.code()).with_error_message(Some(str_bytes(&msg)));
                     }
+                    // lead: KIP-890 part 1 goes here: a transactional batch for a partition the
+                    // transaction coordinator has not verified is held until it answers
+                    // (Kafka's `maybeStartTransactionVerificationForPartition`); until then
+                    // transactional batches are appended as they come.
                     match partition.append_records_to_leader(&records, AppendOrigin::Client, req.acks, leader_epoch, now) {
                         Ok(info) => {
                             if acks_all {
