@@ -608,3 +608,60 @@ fn same_fetch_answers_as_kafka() {
     });
     drop(java);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Replication: followers track transactions from the leader's batches.
+
+#[test]
+fn a_new_leader_has_the_same_lso_and_aborted_list() {
+    use common::cluster::{self, Cluster};
+    let mut c = Cluster::start(3);
+    cluster::create_topic(&c, &[1], TOPIC, 1, 3).unwrap();
+    let leader = cluster::eventually("a leader", || {
+        let (_, _, leaders) = cluster::metadata(&c, 1, TOPIC);
+        leaders.get(&0).copied().filter(|&l| l > 0)
+    });
+    let addr = |c: &Cluster, node: i32| format!("127.0.0.1:{}", cluster::port_of(c, node));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (a, b) = rt.block_on(async {
+        let l = connect_to(&addr(&c, leader)).await;
+        let a = producer_id(&l).await;
+        let b = producer_id(&l).await;
+        assert_eq!(produce(&l, batch(a, 0, 2, true), Some("ta")).await, (0, 0));
+        assert_eq!(produce(&l, batch(b, 0, 2, true), Some("tb")).await, (0, 2));
+        // acks=all: answered once every ISR member has the marker.
+        assert_eq!(marker(&l, a, false, 0, &[0]).await, vec![0]);
+        (a, b)
+    });
+    c.kill(leader);
+    let new_leader = cluster::eventually("a new leader", || {
+        let via = if leader == 1 { 2 } else { 1 };
+        let (_, _, leaders) = cluster::metadata(&c, via, TOPIC);
+        leaders.get(&0).copied().filter(|&l| l > 0 && l != leader)
+    });
+    rt.block_on(async {
+        let l = connect_to(&addr(&c, new_leader)).await;
+        // Bounded: the new leader's HW reaches the marker once the other follower fetches.
+        let mut rc = fetch(&l, 0, READ_COMMITTED).await;
+        for _ in 0..150 {
+            if rc.error == 0 && rc.high_watermark == 5 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            rc = fetch(&l, 0, READ_COMMITTED).await;
+        }
+        assert_eq!((rc.high_watermark, rc.last_stable_offset), (5, 2));
+        assert_eq!(rc.records, offsets(0..2, &[]));
+        assert_eq!(rc.aborted, Some(vec![(a, 0)]));
+        assert_eq!(producers(&l).await, vec![(a, -1), (b, 2)]);
+        // b's transaction, open on the old leader, ends on the new one.
+        assert_eq!(marker(&l, b, true, 0, &[0]).await, vec![0]);
+        let rc = fetch(&l, 0, READ_COMMITTED).await;
+        assert_eq!(rc.last_stable_offset, 6);
+        assert_eq!(rc.records, offsets(0..6, &[4, 5]));
+        assert_eq!(rc.aborted, Some(vec![(a, 0)]));
+    });
+}
