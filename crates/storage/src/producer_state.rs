@@ -513,8 +513,9 @@ impl ProducerStateManager {
         Ok(Prepared::Append(append))
     }
 
-    /// Checks a client append without offsets (tests): `Ok(Some(meta))` for a duplicate.
-    pub fn validate(
+    /// Checks a client append placed at the map end (tests): `Ok(Some(meta))` for a duplicate.
+    #[cfg(test)]
+    pub(crate) fn validate(
         &self,
         batches: &[ProducerBatch],
         origin: AppendOrigin,
@@ -556,9 +557,10 @@ impl ProducerStateManager {
         self.map_end_offset = offset;
     }
 
-    /// Records a batch now in the log at `last_offset` as replication would (tests and simple
-    /// replays): no checks beyond Kafka's, completed transactions finished at once.
-    pub fn update(&mut self, b: &ProducerBatch, last_offset: i64) {
+    /// Records a batch now in the log at `last_offset` as replication would (tests): completed
+    /// transactions finished at once, none indexed.
+    #[cfg(test)]
+    pub(crate) fn update(&mut self, b: &ProducerBatch, last_offset: i64) {
         let placed = PlacedBatch {
             batch: *b,
             base_offset: last_offset - b.offset_delta as i64,
