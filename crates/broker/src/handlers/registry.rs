@@ -273,6 +273,24 @@ pub static REGISTRY: &[ApiEntry] = &[
         |b, ctx, req, v| describe_cluster::handle(b, req)
     ),
     api!(
+        WriteTxnMarkers,
+        1,
+        2,
+        BROKER,
+        forward = false,
+        WriteTxnMarkersRequest,
+        |b, ctx, req, v| write_txn_markers::handle(b, req).await
+    ),
+    api!(
+        DescribeProducers,
+        0,
+        0,
+        BROKER,
+        forward = false,
+        DescribeProducersRequest,
+        |b, ctx, req, v| describe_producers::handle(b, req)
+    ),
+    api!(
         InitProducerId,
         0,
         5,
