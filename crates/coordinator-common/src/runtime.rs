@@ -526,7 +526,8 @@ impl<S: CoordinatorShard> CoordinatorRuntime<S> {
             .map_err(|_| CoordinatorError::NotCoordinator(tp.clone()))?;
         // Not held while waiting: the shard's channel closes when it is unloaded.
         drop(events);
-        self.wait_committed(tp, "write", rx).await
+        let timeout_ms = self.write_timeout_ms.load(Ordering::Relaxed);
+        self.wait_committed(tp, "write", timeout_ms, rx).await
     }
 
     /// Ends `producer_id`'s transaction in `tp` with `result` (Kafka's
@@ -534,7 +535,8 @@ impl<S: CoordinatorShard> CoordinatorRuntime<S> {
     /// partition): the marker is replayed into the shard — a commit makes the producer's
     /// pending records take effect, an abort drops them — and appended with the transaction
     /// coordinator's `coordinator_epoch` after everything written before; answered once the
-    /// high watermark passes it. A failed append undoes the replay.
+    /// high watermark passes it, or COORDINATOR_NOT_AVAILABLE after `timeout` (Kafka gives
+    /// the broker's `request.timeout.ms`; zero: no limit). A failed append undoes the replay.
     pub async fn schedule_transaction_completion(
         &self,
         tp: &TopicPartition,
@@ -542,6 +544,7 @@ impl<S: CoordinatorShard> CoordinatorRuntime<S> {
         producer_epoch: i16,
         coordinator_epoch: i32,
         result: TxnResult,
+        timeout: Duration,
     ) -> Result<(), CoordinatorError> {
         let events = self.sender(tp)?;
         let (tx, rx) = oneshot::channel::<Result<(), CoordinatorError>>();
@@ -560,18 +563,20 @@ impl<S: CoordinatorShard> CoordinatorRuntime<S> {
             })
             .map_err(|_| CoordinatorError::NotCoordinator(tp.clone()))?;
         drop(events);
-        self.wait_committed(tp, "transaction marker", rx).await
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self.wait_committed(tp, "transaction marker", ms, rx).await
     }
 
-    /// Waits for a write's answer, at most the write timeout.
+    /// Waits for a write's answer, at most `timeout_ms` (0: no limit).
     async fn wait_committed<T>(
         &self,
         tp: &TopicPartition,
         what: &str,
+        timeout_ms: u64,
         rx: oneshot::Receiver<Result<T, CoordinatorError>>,
     ) -> Result<T, CoordinatorError> {
         let not_coordinator = |_| Err(CoordinatorError::NotCoordinator(tp.clone()));
-        match self.write_timeout_ms.load(Ordering::Relaxed) {
+        match timeout_ms {
             0 => rx.await.unwrap_or_else(not_coordinator),
             ms => match tokio::time::timeout(Duration::from_millis(ms), rx).await {
                 Ok(r) => r.unwrap_or_else(not_coordinator),

@@ -632,7 +632,7 @@ async fn end_txn(
     pid: i64,
     result: TxnResult,
 ) -> Result<(), CoordinatorError> {
-    rt.schedule_transaction_completion(&tp(), pid, 2, 9, result)
+    rt.schedule_transaction_completion(&tp(), pid, 2, 9, result, Duration::ZERO)
         .await
 }
 
@@ -801,6 +801,39 @@ async fn loading_replays_pending_committed_and_aborted_transactions_as_written()
     assert_eq!(committed(&rt, "committed").await, Some(10));
     end_txn(&rt, 2, TxnResult::Commit).await.unwrap();
     assert_eq!(committed(&rt, "aborted").await, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_marker_not_committed_within_its_timeout_answers_coordinator_not_available() {
+    let p = Arc::new(MemPartition::default());
+    let rt = runtime(&p);
+    rt.schedule_load(tp(), 0);
+    for _ in 0..2000 {
+        if rt.partitions().iter().any(|(_, ok)| *ok) {
+            break;
+        }
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let rt2 = rt.clone();
+    let held = tokio::spawn(async move {
+        rt2.schedule_transaction_completion(
+            &tp(),
+            PID,
+            2,
+            9,
+            TxnResult::Commit,
+            Duration::from_secs(30),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_secs(29)).await;
+    assert!(!held.is_finished());
+    assert_eq!(
+        held.await.unwrap().unwrap_err().code(),
+        ErrorCode::CoordinatorNotAvailable
+    );
+    assert_eq!(p.log.lock().len(), 1, "the marker stays in the log");
 }
 
 impl Set {
