@@ -474,3 +474,47 @@ async fn consumer_group_members_are_checked_by_member_epoch() {
         code(ErrorCode::UnknownMemberId)
     );
 }
+
+/// The records of `group`'s offsets partition, markers left out (their control records are
+/// not coordinator records).
+fn data_records(
+    s: &GroupCoordinatorService,
+    mem: &strom_group_coordinator::testing::MemPartitions,
+    group: &str,
+) -> Vec<CoordinatorRecord> {
+    let tp = tp_of(s, group);
+    let txn = mem.transactional_entries(&tp);
+    mem.records(&tp)
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !txn.get(&(*i as i64)).is_some_and(|(_, m)| m.is_some()))
+        .map(|(_, (k, v))| CoordinatorRecord::decode(k, v.as_deref()).expect("a record"))
+        .collect()
+}
+
+/// Expiry waits for a partition's pending transactional offset, and a group with an open
+/// transaction is not deleted; once the transaction is aborted both go.
+#[tokio::test(start_paused = true)]
+async fn expiry_waits_for_pending_transactional_offsets() {
+    let mut c = config();
+    c.offsets_retention_ms = 60_000;
+    c.offsets_retention_check_interval_ms = 1_000;
+    let (s, mem) = service(c).await;
+    s.offset_commit(&ctx(8), commit_req("g", &[("t1", &[(0, 5, -1, None)])]))
+        .await;
+    assert_eq!(txn_commit_one(&s, "g", PID, 0, 50).await, NONE);
+    tokio::time::sleep(Duration::from_millis(61_000)).await;
+    assert_eq!(offset_of(&s, "g", "t1", 0).await, 5, "pending: not expired");
+    end_txn(&s, "g", PID, TxnResult::Abort).await;
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert_eq!(
+        offset_of(&s, "g", "t1", 0).await,
+        -1,
+        "expired after the abort"
+    );
+    let recs = data_records(&s, &mem, "g");
+    assert!(
+        matches!(recs.last(), Some(CoordinatorRecord::GroupMetadata(k, None)) if k.group == "g"),
+        "the simple group is deleted with its last offset: {recs:?}"
+    );
+}
