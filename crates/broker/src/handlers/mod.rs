@@ -25,6 +25,7 @@ mod purgatory_tests;
 mod reassignments;
 pub mod registry;
 mod topics;
+mod txn_offset_commit;
 
 use std::sync::Arc;
 
