@@ -1,5 +1,5 @@
 //! Transactional offsets waiting for their transaction's end marker (Kafka's
-//! `pendingTransactionalOffsets` and `openTransactionsByGroup`).
+//! `pendingTransactionalOffsets` and, as of 4.4, `OpenTransactions` by group and partition).
 //!
 //! A TxnOffsetCommit's records are written in a transactional batch of the producer; replayed,
 //! they land here instead of in the committed offsets, invisible to OffsetFetch. The
@@ -19,31 +19,33 @@ use super::store::{OffsetAndMetadata, PartitionKey};
 /// (producer id, group, (topic, partition)).
 type PendingKey = (i64, String, PartitionKey);
 
+/// (group, (topic, partition)).
+type GroupPartition = (String, PartitionKey);
+
 #[derive(Default)]
 pub struct PendingTransactionalOffsets {
-    /// Producer ids with pending offsets, by group.
-    open_by_group: TimelineMap<String, BTreeSet<i64>>,
-    /// Groups each producer has pending offsets in (what its marker visits).
-    groups_by_producer: TimelineMap<i64, BTreeSet<String>>,
+    /// Producers with a pending offset, by group and partition (Kafka 4.4's
+    /// `OpenTransactions`): a partition is unstable while its set is not empty.
+    open: TimelineMap<GroupPartition, BTreeSet<i64>>,
+    /// How many partitions of each group have an open transaction (a group with any is not
+    /// deleted by expiry).
+    open_partitions_by_group: TimelineMap<String, usize>,
+    /// The partitions each producer has pending offsets in (what its marker visits).
+    by_producer: TimelineMap<i64, BTreeSet<GroupPartition>>,
     offsets: TimelineMap<PendingKey, OffsetAndMetadata>,
 }
 
 impl PendingTransactionalOffsets {
     /// Whether some open transaction holds an offset of this partition for `group`.
     pub fn has_pending(&self, group: &str, topic: &str, partition: i32) -> bool {
-        let Some(pids) = self.open_by_group.get(&group.to_string()) else {
-            return false;
-        };
-        let key = (topic.to_string(), partition);
-        pids.iter().any(|pid| {
-            self.offsets
-                .contains_key(&(*pid, group.to_string(), key.clone()))
-        })
+        self.open
+            .contains_key(&(group.to_string(), (topic.to_string(), partition)))
     }
 
     /// Whether `group` has an open transaction.
     pub fn has_open_transactions(&self, group: &str) -> bool {
-        self.open_by_group.contains_key(&group.to_string())
+        self.open_partitions_by_group
+            .contains_key(&group.to_string())
     }
 
     /// Every partition with a pending offset for `group`.
@@ -51,10 +53,10 @@ impl PendingTransactionalOffsets {
         if !self.has_open_transactions(group) {
             return BTreeSet::new();
         }
-        self.offsets
+        self.open
             .iter()
-            .filter(|((_, g, _), _)| g == group)
-            .map(|((_, _, key), _)| key.clone())
+            .filter(|((g, _), _)| g == group)
+            .map(|((_, key), _)| key.clone())
             .collect()
     }
 
@@ -82,91 +84,123 @@ impl PendingTransactionalOffsets {
         key: PartitionKey,
         value: OffsetAndMetadata,
     ) {
+        let gp: GroupPartition = (group.to_string(), key.clone());
         self.offsets
             .insert(at, (producer_id, group.to_string(), key), value);
-        let group = group.to_string();
-        if !self
-            .open_by_group
-            .get(&group)
-            .is_some_and(|s| s.contains(&producer_id))
-        {
-            let mut pids = self.open_by_group.get(&group).cloned().unwrap_or_default();
-            pids.insert(producer_id);
-            self.open_by_group.insert(at, group.clone(), pids);
+        match self.open.get(&gp) {
+            Some(pids) if pids.contains(&producer_id) => {}
+            Some(pids) => {
+                let mut pids = pids.clone();
+                pids.insert(producer_id);
+                self.open.insert(at, gp.clone(), pids);
+            }
+            None => {
+                self.open
+                    .insert(at, gp.clone(), BTreeSet::from([producer_id]));
+                let n = self
+                    .open_partitions_by_group
+                    .get(&gp.0)
+                    .copied()
+                    .unwrap_or(0);
+                self.open_partitions_by_group
+                    .insert(at, gp.0.clone(), n + 1);
+            }
         }
         if !self
-            .groups_by_producer
+            .by_producer
             .get(&producer_id)
-            .is_some_and(|s| s.contains(&group))
+            .is_some_and(|s| s.contains(&gp))
         {
-            let mut groups = self
-                .groups_by_producer
+            let mut parts = self
+                .by_producer
                 .get(&producer_id)
                 .cloned()
                 .unwrap_or_default();
-            groups.insert(group);
-            self.groups_by_producer.insert(at, producer_id, groups);
+            parts.insert(gp);
+            self.by_producer.insert(at, producer_id, parts);
         }
     }
 
-    /// A tombstone of the partition replayed at `at` also drops its pending offsets (Kafka's
-    /// replay of a tombstone; the transactions stay open).
+    /// The partition no longer has an open transaction of `group` (Kafka's
+    /// `OpenTransactions.clear`).
+    fn close_partition(&mut self, at: i64, gp: &GroupPartition) {
+        if self.open.remove(at, gp).is_none() {
+            return;
+        }
+        match self.open_partitions_by_group.get(&gp.0).copied() {
+            Some(n) if n > 1 => {
+                self.open_partitions_by_group
+                    .insert(at, gp.0.clone(), n - 1);
+            }
+            _ => {
+                self.open_partitions_by_group.remove(at, &gp.0);
+            }
+        }
+    }
+
+    /// A tombstone of the partition replayed at `at` also drops its pending offsets, and the
+    /// partition's open transactions with them (Kafka's replay of a tombstone).
     pub fn remove_partition(&mut self, at: i64, group: &str, key: &PartitionKey) {
-        let Some(pids) = self.open_by_group.get(&group.to_string()).cloned() else {
+        let gp: GroupPartition = (group.to_string(), key.clone());
+        let Some(pids) = self.open.get(&gp).cloned() else {
             return;
         };
         for pid in pids {
             self.offsets
                 .remove(at, &(pid, group.to_string(), key.clone()));
+            if let Some(mut parts) = self.by_producer.get(&pid).cloned() {
+                parts.remove(&gp);
+                self.by_producer.insert(at, pid, parts);
+            }
         }
+        self.close_partition(at, &gp);
     }
 
     /// The end marker of `producer_id`'s transaction, replayed at `at`: its pending offsets
-    /// leave (returned, sorted by group and partition) and its transactions close.
+    /// leave (returned, sorted by group and partition) and their partitions no longer have
+    /// its transaction open.
     pub fn take_producer(
         &mut self,
         at: i64,
         producer_id: i64,
     ) -> Vec<(String, PartitionKey, OffsetAndMetadata)> {
-        let Some(groups) = self.groups_by_producer.remove(at, &producer_id) else {
+        let Some(parts) = self.by_producer.remove(at, &producer_id) else {
             return Vec::new();
         };
-        for group in &groups {
-            if let Some(mut pids) = self.open_by_group.get(group).cloned() {
+        let mut out = Vec::with_capacity(parts.len());
+        for gp in parts {
+            if let Some(mut pids) = self.open.get(&gp).cloned() {
                 pids.remove(&producer_id);
                 if pids.is_empty() {
-                    self.open_by_group.remove(at, group);
+                    self.close_partition(at, &gp);
                 } else {
-                    self.open_by_group.insert(at, group.clone(), pids);
+                    self.open.insert(at, gp.clone(), pids);
                 }
             }
+            let (group, key) = gp;
+            if let Some(v) = self
+                .offsets
+                .remove(at, &(producer_id, group.clone(), key.clone()))
+            {
+                out.push((group, key, v));
+            }
         }
-        let mut keys: Vec<PendingKey> = self
-            .offsets
-            .iter()
-            .filter(|((pid, _, _), _)| *pid == producer_id)
-            .map(|(k, _)| k.clone())
-            .collect();
-        keys.sort();
-        keys.into_iter()
-            .filter_map(|k| {
-                let v = self.offsets.remove(at, &k)?;
-                Some((k.1, k.2, v))
-            })
-            .collect()
+        out
     }
 }
 
 impl Timeline for PendingTransactionalOffsets {
     fn revert_to(&mut self, offset: i64) {
-        self.open_by_group.revert_to(offset);
-        self.groups_by_producer.revert_to(offset);
+        self.open.revert_to(offset);
+        self.open_partitions_by_group.revert_to(offset);
+        self.by_producer.revert_to(offset);
         self.offsets.revert_to(offset);
     }
 
     fn commit(&mut self, committed: i64) {
-        self.open_by_group.commit(committed);
-        self.groups_by_producer.commit(committed);
+        self.open.commit(committed);
+        self.open_partitions_by_group.commit(committed);
+        self.by_producer.commit(committed);
         self.offsets.commit(committed);
     }
 }
@@ -215,17 +249,15 @@ mod tests {
         p.revert_to(3);
         assert_eq!(p.get(7, "h", "t", 1), Some(&om(1, 11)));
         assert!(p.has_open_transactions("h"));
-        // A tombstone drops the partition's pending offsets, the transactions stay open.
+        // A tombstone drops the partition's pending offsets of every producer, and with them
+        // the group's last open partition (as Kafka 4.4's OpenTransactions).
         p.remove_partition(4, "g", &key("t", 0));
         assert!(!p.has_pending("g", "t", 0));
-        assert!(p.has_open_transactions("g"));
+        assert!(!p.has_open_transactions("g"));
+        assert!(p.has_open_transactions("h"));
         p.commit(5);
         assert!(p.take_producer(5, 8).is_empty());
-        assert!(
-            p.has_open_transactions("g"),
-            "producer 7 is still open in g"
-        );
-        assert_eq!(p.take_producer(6, 7).len(), 1);
-        assert!(!p.has_open_transactions("g"));
+        assert_eq!(p.take_producer(6, 7).len(), 1, "h's offset");
+        assert!(!p.has_open_transactions("h"));
     }
 }
