@@ -18,7 +18,7 @@ use strom_coordinator_common::timeline::Timeline;
 use strom_coordinator_common::timer::{Clock, CoordinatorTimer, ShardContext};
 use strom_protocol::ErrorCode;
 
-use crate::classic::ClassicGroups;
+use crate::classic::{ClassicGroup, ClassicGroups, GroupState};
 use crate::config::GroupCoordinatorConfig;
 use crate::consumer::ConsumerGroups;
 use crate::metadata::GroupMetadataImage;
@@ -147,6 +147,22 @@ impl GroupCoordinatorShard {
     pub fn validate_offset_commit(&mut self, auth: &OffsetCommitAuth<'_>) -> Result<(), ErrorCode> {
         match self.group_type(auth.group_id) {
             Some(GroupType::Consumer) => self.consumer.validate_offset_commit(&self.env, auth),
+            // A simple group an earlier commit made exist without writing anything: Kafka
+            // holds it as an empty classic group, which checks a named member or generation
+            // (UNKNOWN_MEMBER_ID) rather than answering for a group that does not exist.
+            None if self.offsets.unwritten_simple_groups.contains(auth.group_id) => {
+                ClassicGroup::new(
+                    auth.group_id.to_string(),
+                    GroupState::Empty,
+                    self.env.now_ms(),
+                )
+                .validate_offset_commit(
+                    auth.member_id,
+                    auth.group_instance_id,
+                    auth.generation_id_or_member_epoch,
+                    auth.transactional,
+                )
+            }
             _ => self.classic.validate_offset_commit(&self.env, auth),
         }
     }

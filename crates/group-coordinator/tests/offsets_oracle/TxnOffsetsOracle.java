@@ -131,8 +131,8 @@ public class TxnOffsetsOracle {
             .setGroupId(op.get("group").asText())
             .setProducerId(pid)
             .setProducerEpoch(PRODUCER_EPOCH)
-            .setGenerationIdOrMemberEpoch(-1)
-            .setMemberId("")
+            .setGenerationIdOrMemberEpoch(op.get("generation").asInt())
+            .setMemberId(op.get("member").asText())
             .setGroupInstanceId(null);
         for (JsonNode t : op.get("topics")) {
             TxnOffsetCommitRequestData.TxnOffsetCommitRequestTopic topic =
