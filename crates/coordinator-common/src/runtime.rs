@@ -527,7 +527,7 @@ impl<S: CoordinatorShard> CoordinatorRuntime<S> {
         // Not held while waiting: the shard's channel closes when it is unloaded.
         drop(events);
         let timeout_ms = self.write_timeout_ms.load(Ordering::Relaxed);
-        self.wait_committed(tp, "write", timeout_ms, rx).await
+        self.wait_committed(tp, Waited::Write, timeout_ms, rx).await
     }
 
     /// Ends `producer_id`'s transaction in `tp` with `result` (Kafka's
@@ -564,14 +564,14 @@ impl<S: CoordinatorShard> CoordinatorRuntime<S> {
             .map_err(|_| CoordinatorError::NotCoordinator(tp.clone()))?;
         drop(events);
         let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        self.wait_committed(tp, "transaction marker", ms, rx).await
+        self.wait_committed(tp, Waited::Marker, ms, rx).await
     }
 
     /// Waits for a write's answer, at most `timeout_ms` (0: no limit).
     async fn wait_committed<T>(
         &self,
         tp: &TopicPartition,
-        what: &str,
+        what: Waited,
         timeout_ms: u64,
         rx: oneshot::Receiver<Result<T, CoordinatorError>>,
     ) -> Result<T, CoordinatorError> {
@@ -580,9 +580,19 @@ impl<S: CoordinatorShard> CoordinatorRuntime<S> {
             0 => rx.await.unwrap_or_else(not_coordinator),
             ms => match tokio::time::timeout(Duration::from_millis(ms), rx).await {
                 Ok(r) => r.unwrap_or_else(not_coordinator),
-                Err(_) => Err(CoordinatorError::NotAvailable(format!(
-                    "the {what} to {tp:?} was not committed within {ms} ms"
-                ))),
+                Err(_) => {
+                    let message =
+                        format!("the {what:?} to {tp:?} was not committed within {ms} ms");
+                    Err(match what {
+                        Waited::Write => CoordinatorError::NotAvailable(message),
+                        // Kafka's runtime fails the completion with a TimeoutException, which
+                        // WriteTxnMarkers answers as REQUEST_TIMED_OUT.
+                        Waited::Marker => CoordinatorError::Operation {
+                            code: ErrorCode::RequestTimedOut,
+                            message,
+                        },
+                    })
+                }
             },
         }
     }
@@ -640,6 +650,13 @@ impl<S: CoordinatorShard> Drop for CoordinatorRuntime<S> {
             h.task.abort();
         }
     }
+}
+
+/// What a caller waits for (the error its timeout gives).
+#[derive(Debug, Clone, Copy)]
+enum Waited {
+    Write,
+    Marker,
 }
 
 /// A shard's state while it runs.
@@ -701,7 +718,8 @@ impl<S: CoordinatorShard> Running<S> {
             None => writer.append(tp, self.epoch, &raw),
             Some(p) => writer.append_transactional(tp, self.epoch, p, &raw),
         };
-        self.appended(tp, ctx.offset, appended, done)
+        let failed = |e: &WriteError| CoordinatorError::from_append(tp, e);
+        self.appended(tp, ctx.offset, appended, failed, done)
     }
 
     /// Replays and appends an end-transaction marker (Kafka's `completeTransaction`); `false`
@@ -728,7 +746,14 @@ impl<S: CoordinatorShard> Running<S> {
             ok = appended.is_ok(),
             "transaction marker"
         );
-        self.appended(tp, offset, appended, done)
+        // Kafka's runtime fails the completion with the append's own error (the broker maps
+        // only the coordinator errors for WriteTxnMarkers): e.g. NOT_ENOUGH_REPLICAS, or
+        // INVALID_PRODUCER_EPOCH for a marker of a fenced epoch, stay as they are.
+        let failed = |e: &WriteError| CoordinatorError::Operation {
+            code: e.code,
+            message: e.message.clone(),
+        };
+        self.appended(tp, offset, appended, failed, done)
     }
 
     /// What follows an append of the batch expected at `offset`: its answer waits for the
@@ -739,6 +764,7 @@ impl<S: CoordinatorShard> Running<S> {
         tp: &TopicPartition,
         offset: i64,
         appended: Result<AppendResult, WriteError>,
+        failed: impl FnOnce(&WriteError) -> CoordinatorError,
         done: Completion,
     ) -> bool {
         match appended {
@@ -763,7 +789,7 @@ impl<S: CoordinatorShard> Running<S> {
             }
             Err(e) => {
                 self.shard.revert_to(offset);
-                done(Err(CoordinatorError::from_append(tp, &e)));
+                done(Err(failed(&e)));
                 true
             }
         }

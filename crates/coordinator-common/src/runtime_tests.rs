@@ -740,16 +740,20 @@ async fn a_failed_marker_append_is_undone_and_the_transaction_stays_pending() {
     txn_set(&rt, PID, "a", 5).await.unwrap();
     *p.fail_next.lock() = Some(ErrorCode::NotEnoughReplicas);
     let e = end_txn(&rt, PID, TxnResult::Commit).await.unwrap_err();
-    assert_eq!(e.code(), ErrorCode::CoordinatorNotAvailable);
+    assert_eq!(
+        e.code(),
+        ErrorCode::NotEnoughReplicas,
+        "the append's own error"
+    );
     assert_eq!(
         latest(&rt, "a").await,
         None,
         "the replayed marker was undone"
     );
     assert_eq!(p.log.lock().len(), 1, "no marker in the log");
-    *p.fail_next.lock() = Some(ErrorCode::NotLeaderOrFollower);
+    *p.fail_next.lock() = Some(ErrorCode::InvalidProducerEpoch);
     let e = end_txn(&rt, PID, TxnResult::Commit).await.unwrap_err();
-    assert_eq!(e.code(), ErrorCode::NotCoordinator);
+    assert_eq!(e.code(), ErrorCode::InvalidProducerEpoch);
     // The transaction coordinator retries: the pending record is still there to commit.
     end_txn(&rt, PID, TxnResult::Commit).await.unwrap();
     assert_eq!(committed(&rt, "a").await, Some(5));
@@ -804,7 +808,7 @@ async fn loading_replays_pending_committed_and_aborted_transactions_as_written()
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_marker_not_committed_within_its_timeout_answers_coordinator_not_available() {
+async fn a_marker_not_committed_within_its_timeout_answers_request_timed_out() {
     let p = Arc::new(MemPartition::default());
     let rt = runtime(&p);
     rt.schedule_load(tp(), 0);
@@ -831,7 +835,7 @@ async fn a_marker_not_committed_within_its_timeout_answers_coordinator_not_avail
     assert!(!held.is_finished());
     assert_eq!(
         held.await.unwrap().unwrap_err().code(),
-        ErrorCode::CoordinatorNotAvailable
+        ErrorCode::RequestTimedOut
     );
     assert_eq!(p.log.lock().len(), 1, "the marker stays in the log");
 }

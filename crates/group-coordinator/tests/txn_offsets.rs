@@ -264,7 +264,7 @@ async fn pending_committed_and_aborted_transactions_load_back_as_they_were() {
 }
 
 #[tokio::test]
-async fn a_failed_marker_answers_not_leader_and_the_retry_commits() {
+async fn a_failed_marker_answers_its_append_error_and_the_retry_commits() {
     let (s, mem) = service(config()).await;
     assert_eq!(txn_commit_one(&s, "g", PID, 0, 10).await, NONE);
     *mem.fail_next.lock() = Some(ErrorCode::NotEnoughReplicas);
@@ -280,8 +280,8 @@ async fn a_failed_marker_answers_not_leader_and_the_retry_commits() {
         .await;
     assert_eq!(
         e,
-        Err(ErrorCode::NotLeaderOrFollower),
-        "retriable for the transaction coordinator"
+        Err(ErrorCode::NotEnoughReplicas),
+        "the append's own error, retriable for the transaction coordinator"
     );
     let unstable = code(ErrorCode::UnstableOffsetCommit);
     assert_eq!(
@@ -291,7 +291,8 @@ async fn a_failed_marker_answers_not_leader_and_the_retry_commits() {
     );
     end_txn(&s, "g", PID, TxnResult::Commit).await;
     assert_eq!(fetch_t1(&s, "g", &[0], true).await, vec![(10, NONE)]);
-    // A partition this broker does not lead.
+    // A partition this broker does not lead (or not yet loaded): the coordinator errors
+    // become NOT_LEADER_OR_FOLLOWER, which the transaction coordinator retries.
     let s2 = service_on(&mem, config(), &[]).await;
     let e = s2
         .complete_transaction(0, PID, EPOCH, 7, TxnResult::Commit, NO_TIMEOUT)

@@ -125,12 +125,13 @@ impl GroupCoordinatorService {
 
     /// Writes the end marker of `producer_id`'s transaction to offsets partition `partition`
     /// (what WriteTxnMarkers asks of it): a COMMIT makes the producer's pending offsets the
-    /// committed ones, an ABORT drops them; answered once the marker is committed, or after
-    /// `timeout` (Kafka's broker gives `request.timeout.ms`). The error is the code the
-    /// WriteTxnMarkers response carries for the partition: the transaction coordinator does
-    /// not expect the coordinator codes, so NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE and
-    /// COORDINATOR_LOAD_IN_PROGRESS become NOT_LEADER_OR_FOLLOWER (it retries), as Kafka's
-    /// `KafkaApis` translates them.
+    /// committed ones, an ABORT drops them; answered once the marker is committed, or
+    /// REQUEST_TIMED_OUT after `timeout` (Kafka's broker gives `request.timeout.ms`). The
+    /// error is the code the WriteTxnMarkers response carries for the partition: a failed
+    /// append's own code (e.g. NOT_ENOUGH_REPLICAS, INVALID_PRODUCER_EPOCH), except that the
+    /// transaction coordinator does not expect the coordinator codes, so NOT_COORDINATOR,
+    /// COORDINATOR_NOT_AVAILABLE and COORDINATOR_LOAD_IN_PROGRESS become
+    /// NOT_LEADER_OR_FOLLOWER (it retries), as Kafka's `KafkaApis` translates them.
     pub async fn complete_transaction(
         &self,
         partition: i32,
