@@ -27,6 +27,7 @@ mod reassignments;
 pub mod registry;
 mod topics;
 mod transactions;
+mod txn_offset_commit;
 mod write_txn_markers;
 
 use std::sync::Arc;

@@ -456,6 +456,16 @@ pub static REGISTRY: &[ApiEntry] = &[
         OffsetFetchRequest,
         |b, ctx, req, v| groups::offset_fetch(b, ctx, req).await
     ),
+    // Kafka 4.4 serves 0-6; v6 (topic ids) is beyond the generated structs.
+    api!(
+        TxnOffsetCommit,
+        0,
+        5,
+        BROKER,
+        forward = false,
+        TxnOffsetCommitRequest,
+        |b, ctx, req, v| txn_offset_commit::txn_offset_commit(b, ctx, req).await
+    ),
     api!(
         DescribeGroups,
         0,
