@@ -325,9 +325,12 @@ fn transactions_v2_add_partitions_on_produce_and_fence_a_delayed_end_txn() {
         let (state, epoch, parts) = describe(&c, id).await;
         assert_eq!((state.as_str(), epoch), ("Ongoing", e1));
         assert_eq!(parts, vec![(topic.to_string(), 0)]);
-        // A produce at the old epoch is fenced on the partition too.
-        let (err, _) = produce(&c, 12, topic, id, (pid, e0, 1)).await;
-        assert_ne!(err, 0);
+        // A produce at the old epoch is fenced by the coordinator (PRODUCER_FENCED is
+        // INVALID_PRODUCER_EPOCH to a producer).
+        assert_eq!(
+            produce(&c, 12, topic, id, (pid, e0, 1)).await.0,
+            ErrorCode::InvalidProducerEpoch.code()
+        );
         // The second transaction's own EndTxn ends it.
         let (err, _, e2) = end_txn(&c, 5, id, pid, e1, false).await;
         assert_eq!((err, e2), (0, e1 + 1));
