@@ -14,6 +14,7 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::cluster::{eventually, metadata, port_of, wait_all_registered, Cluster};
 use common::*;
 use strom_client::{Connection, ConnectionConfig};
 use strom_protocol::kafka::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
@@ -45,13 +46,15 @@ fn s(v: &str) -> StrBytes {
 }
 
 async fn connect(broker: &Broker) -> Connection {
+    connect_to(&broker.bootstrap()).await
+}
+
+async fn connect_to(addr: &str) -> Connection {
     let config = ConnectionConfig {
         request_timeout: Duration::from_secs(60),
         ..ConnectionConfig::default()
     };
-    Connection::connect(&broker.bootstrap(), config)
-        .await
-        .expect("connect")
+    Connection::connect(addr, config).await.expect("connect")
 }
 
 async fn create_topic(c: &Connection, topic: &str) {
@@ -139,11 +142,21 @@ fn batch(pid: i64, epoch: i16, seq: i32) -> Bytes {
     Bytes::from(buf)
 }
 
-/// A transactional Produce at `version`: (error, base offset).
+/// A transactional Produce at `version` to partition 0: (error, base offset).
 async fn produce(
     c: &Connection,
     version: i16,
     topic: &str,
+    id: &str,
+    producer: (i64, i16, i32),
+) -> (i16, i64) {
+    produce_to(c, version, (topic, 0), id, producer).await
+}
+
+async fn produce_to(
+    c: &Connection,
+    version: i16,
+    (topic, partition): (&str, i32),
     id: &str,
     (pid, epoch, seq): (i64, i16, i32),
 ) -> (i16, i64) {
@@ -154,7 +167,7 @@ async fn produce(
         .with_topic_data(vec![TopicProduceData::default()
             .with_name(TopicName(s(topic)))
             .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
+                .with_index(partition)
                 .with_records(Some(batch(pid, epoch, seq)))])]);
     let resp = c.send(&req, version).await.unwrap();
     let p = &resp.responses[0].partition_responses[0];
@@ -181,12 +194,16 @@ async fn produce_retrying(
 }
 
 async fn log_end(c: &Connection, topic: &str) -> i64 {
+    log_end_of(c, topic, 0).await
+}
+
+async fn log_end_of(c: &Connection, topic: &str, partition: i32) -> i64 {
     let req = ListOffsetsRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_topics(vec![ListOffsetsTopic::default()
             .with_name(TopicName(s(topic)))
             .with_partitions(vec![ListOffsetsPartition::default()
-                .with_partition_index(0)
+                .with_partition_index(partition)
                 .with_timestamp(-1)])]);
     let resp = c.send(&req, 1).await.unwrap();
     let p = &resp.topics[0].partitions[0];
@@ -350,5 +367,78 @@ fn transaction_version_feature_follows_the_broker_setting() {
     block_on(async {
         let c = connect(&broker).await;
         assert_eq!(c.finalized_feature("transaction.version"), Some(1));
+    });
+}
+
+/// FindCoordinator(TRANSACTION) through `c` until a node is named.
+async fn find_coordinator(c: &Connection, id: &str) -> i32 {
+    for _ in 0..200 {
+        let f = c
+            .send(
+                &FindCoordinatorRequest::default()
+                    .with_key(s(id))
+                    .with_key_type(1),
+                3,
+            )
+            .await
+            .unwrap();
+        if f.error_code == 0 {
+            return f.node_id.0;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no transaction coordinator for {id}");
+}
+
+/// In a 3-node cluster the leader of the produced partition asks the coordinator on another
+/// node (AddPartitionsToTxn over its own connection): a partition not added is refused,
+/// Produce v12 adds it there, and the commit's markers (WriteTxnMarkers v2) come back.
+#[test]
+fn a_remote_coordinator_verifies_and_adds_partitions() {
+    if reference_kafka() {
+        // A single reference broker is its own coordinator; this is the multi-node path.
+        return;
+    }
+    let c = Cluster::start(3);
+    wait_all_registered(&c, 3);
+    let topic = "verify-remote";
+    let id = "tx-remote";
+    common::cluster::create_topic(&c, &[1, 2, 3], topic, 3, 1).unwrap();
+    let (_, _, leaders) = eventually("partition leaders", || {
+        let md = metadata(&c, 1, topic);
+        (md.2.len() == 3 && md.2.values().all(|l| *l > 0)).then_some(md)
+    });
+    block_on(async {
+        let any = connect_to(&format!("127.0.0.1:{}", port_of(&c, 1))).await;
+        let coordinator = find_coordinator(&any, id).await;
+        let coord = connect_to(&format!("127.0.0.1:{}", port_of(&c, coordinator))).await;
+        let (pid, e0) = init(&coord, id).await;
+        let (&partition, &leader) = leaders
+            .iter()
+            .find(|(_, l)| **l != coordinator)
+            .expect("a partition led elsewhere");
+        let lc = connect_to(&format!("127.0.0.1:{}", port_of(&c, leader))).await;
+        let tp = (topic, partition);
+        assert_eq!(
+            produce_to(&lc, 10, tp, id, (pid, e0, 0)).await.0,
+            INVALID_TXN_STATE
+        );
+        assert_eq!(
+            produce_to(&lc, 11, tp, id, (pid, e0, 0)).await.0,
+            TRANSACTION_ABORTABLE
+        );
+        assert_eq!(log_end_of(&lc, topic, partition).await, 0);
+        assert_eq!(produce_to(&lc, 12, tp, id, (pid, e0, 0)).await, (0, 0));
+        let (state, _, parts) = describe(&coord, id).await;
+        assert_eq!(state, "Ongoing");
+        assert_eq!(parts, vec![(topic.to_string(), partition)]);
+        let (err, _, e1) = end_txn(&coord, 5, id, pid, e0, true).await;
+        assert_eq!((err, e1), (0, e0 + 1));
+        wait_state(&coord, id, "CompleteCommit").await;
+        assert_eq!(
+            log_end_of(&lc, topic, partition).await,
+            2,
+            "record and commit marker"
+        );
     });
 }
