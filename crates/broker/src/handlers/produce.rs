@@ -169,6 +169,7 @@ async fn verify_transactional_batches(
     }
     let partitions: Vec<TopicPartition> = verified.guards.keys().cloned().collect();
     let op = TransactionSupportedOperation::for_produce_version(version);
+    tracing::debug!(transactional_id = %transactional_id, version, ?op, ?partitions, "verifying a transactional produce with the coordinator");
     let errors = broker
         .add_partitions_to_txn_manager
         .verify_transaction(
