@@ -903,3 +903,7 @@ pub fn read_snapshot(bytes: &[u8]) -> Result<Vec<ProducerStateEntry>, StorageErr
 #[cfg(test)]
 #[path = "producer_state_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "producer_verification_tests.rs"]
+mod verification_tests;
