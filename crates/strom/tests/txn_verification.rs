@@ -175,7 +175,7 @@ async fn produce_to(
 }
 
 /// [`produce`], retried while the coordinator finishes the previous transaction (Kafka
-/// answers NOT_ENOUGH_REPLICAS for CONCURRENT_TRANSACTIONS during verification).
+/// answers CONCURRENT_TRANSACTIONS to Produce v12, NOT_ENOUGH_REPLICAS to older versions).
 async fn produce_retrying(
     c: &Connection,
     version: i16,
@@ -185,12 +185,12 @@ async fn produce_retrying(
 ) -> (i16, i64) {
     for _ in 0..200 {
         let r = produce(c, version, topic, id, producer).await;
-        if r.0 != NOT_ENOUGH_REPLICAS {
+        if r.0 != NOT_ENOUGH_REPLICAS && r.0 != CONCURRENT_TRANSACTIONS {
             return r;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("produce kept failing with NOT_ENOUGH_REPLICAS");
+    panic!("produce kept failing with {NOT_ENOUGH_REPLICAS} or {CONCURRENT_TRANSACTIONS}");
 }
 
 async fn log_end(c: &Connection, topic: &str) -> i64 {

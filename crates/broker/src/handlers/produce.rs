@@ -189,9 +189,15 @@ async fn verify_transactional_batches(
 
 /// Kafka's translation of a verification error for the producer (`ReplicaManager`'s
 /// `postVerificationCallback`): retriable coordinator errors become NOT_ENOUGH_REPLICAS, which
-/// every client retries without a metadata refresh.
-fn verification_error(code: ErrorCode) -> (ErrorCode, Option<String>) {
+/// every client retries without a metadata refresh; except CONCURRENT_TRANSACTIONS for a
+/// transactions-v2 producer (Produce v12), which knows it (it is common while the previous
+/// transaction completes).
+fn verification_error(
+    code: ErrorCode,
+    op: TransactionSupportedOperation,
+) -> (ErrorCode, Option<String>) {
     match code {
+        ErrorCode::ConcurrentTransactions if op.supports_epoch_bump() => (code, None),
         ErrorCode::InvalidTxnState => (
             code,
             Some("Partition was not added to the transaction".to_string()),
@@ -300,7 +306,8 @@ fn append_all(
                     }
                     let tp = (name.clone(), pd.index);
                     if let Some(code) = verified.errors.get(&tp) {
-                        let (code, msg) = verification_error(*code);
+                        let op = TransactionSupportedOperation::for_produce_version(version);
+                        let (code, msg) = verification_error(*code, op);
                         return resp.with_error_code(code.code()).with_error_message(msg.map(|m| str_bytes(&m)));
                     }
                     let partition = match broker.replica_manager.get_partition_or_error(&name, pd.index) {
@@ -389,5 +396,42 @@ fn check_one_batch(records: &[u8], version: i16) -> Result<(), (ErrorCode, Strin
         None => Ok(()),
         Some(Ok(_)) => Err((ErrorCode::InvalidRecord, one())),
         Some(Err(e)) => Err((ErrorCode::CorruptMessage, e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod verification_tests {
+    use super::*;
+    use TransactionSupportedOperation::*;
+
+    #[test]
+    fn verification_errors_as_kafka_answers_them() {
+        assert_eq!(
+            verification_error(ErrorCode::InvalidTxnState, DefaultError),
+            (
+                ErrorCode::InvalidTxnState,
+                Some("Partition was not added to the transaction".to_string())
+            )
+        );
+        assert_eq!(
+            verification_error(ErrorCode::ConcurrentTransactions, GenericErrorSupported),
+            (
+                ErrorCode::NotEnoughReplicas,
+                Some("Unable to verify the partition has been added to the transaction. Underlying error: CONCURRENT_TRANSACTIONS".to_string())
+            )
+        );
+        // Transactions v2 producers are told CONCURRENT_TRANSACTIONS as it is.
+        assert_eq!(
+            verification_error(ErrorCode::ConcurrentTransactions, AddPartition),
+            (ErrorCode::ConcurrentTransactions, None)
+        );
+        assert_eq!(
+            verification_error(ErrorCode::NotCoordinator, AddPartition).0,
+            ErrorCode::NotEnoughReplicas
+        );
+        assert_eq!(
+            verification_error(ErrorCode::InvalidProducerEpoch, DefaultError),
+            (ErrorCode::InvalidProducerEpoch, None)
+        );
     }
 }
