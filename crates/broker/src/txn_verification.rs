@@ -351,6 +351,12 @@ impl AddPartitionsToTxnManager {
                 return fail_all(batch, None);
             }
         };
+        tracing::debug!(
+            node,
+            transactions = batch.len(),
+            version,
+            "AddPartitionsToTxn to a transaction coordinator"
+        );
         let req = AddPartitionsToTxnRequest::default()
             .with_transactions(batch.iter().map(|q| q.txn.clone()).collect());
         match conn.send(&req, version).await {

@@ -11,6 +11,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -440,5 +441,44 @@ fn a_remote_coordinator_verifies_and_adds_partitions() {
             2,
             "record and commit marker"
         );
+
+        // Many producers at once, each on its own connection to the leader: their questions to
+        // a coordinator queue while one request to it is in flight and go in the next one;
+        // every producer gets its own answer.
+        let mut producers = Vec::new();
+        for i in 0..8 {
+            let id = format!("tx-many-{i}");
+            let node = find_coordinator(&any, &id).await;
+            let cc = connect_to(&format!("127.0.0.1:{}", port_of(&c, node))).await;
+            let (pid, epoch) = init(&cc, &id).await;
+            let conn = connect_to(&format!("127.0.0.1:{}", port_of(&c, leader))).await;
+            producers.push((id, pid, epoch, cc, Arc::new(conn)));
+        }
+        for (version, want) in [(10, INVALID_TXN_STATE), (12, 0)] {
+            let mut tasks = tokio::task::JoinSet::new();
+            for (id, pid, epoch, _, conn) in &producers {
+                let (id, pid, epoch, conn) = (id.clone(), *pid, *epoch, conn.clone());
+                tasks.spawn(async move {
+                    let tp = ("verify-remote", partition);
+                    produce_to(&conn, version, tp, &id, (pid, epoch, 0)).await
+                });
+            }
+            let mut offsets = Vec::new();
+            while let Some(r) = tasks.join_next().await {
+                let (err, offset) = r.unwrap();
+                assert_eq!(err, want, "Produce v{version}");
+                offsets.push(offset);
+            }
+            if want == 0 {
+                offsets.sort_unstable();
+                assert_eq!(offsets, (2..10).collect::<Vec<i64>>());
+            }
+        }
+        for (id, pid, epoch, cc, _) in &producers {
+            let (state, _, parts) = describe(cc, id).await;
+            assert_eq!(state, "Ongoing", "{id}");
+            assert_eq!(parts, vec![(topic.to_string(), partition)]);
+            assert_eq!(end_txn(cc, 5, id, *pid, *epoch, false).await.0, 0);
+        }
     });
 }
