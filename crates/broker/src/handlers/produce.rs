@@ -4,6 +4,11 @@
 //! [`crate::replication::delayed_produce`]); `min.insync.replicas` is checked before the append
 //! (NOT_ENOUGH_REPLICAS, under the partition's lock with the append) and at completion
 //! (NOT_ENOUGH_REPLICAS_AFTER_APPEND), as in Kafka.
+//!
+//! KIP-890: a transactional batch that would open a transaction in a partition is appended only
+//! once the transaction coordinator confirmed the partition is in the producer's transaction
+//! (Produce v3-v11) or added it (v12, transactions v2), with the verification guard taken
+//! before asking ([`verify_transactional_batches`], [`crate::txn_verification`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
