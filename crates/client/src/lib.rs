@@ -32,6 +32,7 @@
 
 pub mod admin;
 pub mod admin_groups;
+pub mod admin_txn;
 pub mod assignor;
 pub mod client;
 pub mod connection;
