@@ -268,7 +268,9 @@ impl Admin {
                                 id.clone(),
                                 Err(Error::Kafka {
                                     code: ErrorCode::TransactionalIdNotFound,
-                                    message: Some(format!("TransactionalId `{id}` not found")),
+                                    message: Some(format!(
+                                        "DescribeTransactions request for transactionalId `{id}` failed because the ID could not be found"
+                                    )),
                                 }),
                             );
                         }
