@@ -77,6 +77,20 @@ fn kafka_tool(bootstrap: &str, args: &[String]) -> Run {
     }
 }
 
+fn kafka_consumer_groups(bootstrap: &str, args: &[String]) -> String {
+    let out = Command::new("java")
+        .args(["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"])
+        .arg("-cp")
+        .arg(format!("{}/*", libs().display()))
+        .arg("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand")
+        .arg("--bootstrap-server")
+        .arg(bootstrap)
+        .args(args)
+        .output()
+        .expect("run java");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn strom(tool: &str, bootstrap: &str, args: &[String]) -> Run {
     let out = Command::new(env!("CARGO_BIN_EXE_strom"))
         .arg(tool)
@@ -267,9 +281,11 @@ async fn read_committed(
     polls: usize,
     until: i64,
 ) -> (Vec<i64>, i64, Option<i64>) {
-    let mut cfg = ConsumerConfig::default();
-    cfg.isolation_level = strom_client::consumer::READ_COMMITTED;
-    cfg.fetch_max_wait = Duration::from_millis(100);
+    let cfg = ConsumerConfig {
+        isolation_level: strom_client::consumer::READ_COMMITTED,
+        fetch_max_wait: Duration::from_millis(100),
+        ..Default::default()
+    };
     let mut c = Consumer::new(client.clone(), cfg);
     c.assign(topic, Some(&[partition])).await.expect("assign");
     c.seek(topic, partition, from);
@@ -352,8 +368,10 @@ fn scenario(bootstrap: &str) {
         for x in d {
             x.await.expect("delivered");
         }
-        let mut cfg = ProducerConfig::default();
-        cfg.transactional_id = Some(tid.clone());
+        let cfg = ProducerConfig {
+            transactional_id: Some(tid.clone()),
+            ..Default::default()
+        };
         let p = Producer::new(client.clone(), cfg);
         p.init_transactions().await.expect("init_transactions");
         p.begin_transaction().await.expect("begin");
@@ -532,6 +550,14 @@ fn scenario(bootstrap: &str) {
         group_row(&uncommitted.stdout, &topic, 1),
         (2, 8, 6),
         "{uncommitted:?}"
+    );
+    // The default is what Kafka's kafka-consumer-groups prints: lag to the high watermark.
+    let kafka_groups =
+        kafka_consumer_groups(bootstrap, &args(&format!("--describe --group {group}")));
+    assert_eq!(
+        group_row(&kafka_groups, &topic, 1),
+        (2, 8, 6),
+        "{kafka_groups}"
     );
     let committed = describe("--isolation-level read_committed");
     assert_eq!(
