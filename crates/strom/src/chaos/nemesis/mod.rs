@@ -21,6 +21,7 @@ mod groups_checker;
 mod nemesis;
 mod netns;
 mod replicas;
+mod txn_checker;
 mod unclean;
 mod workload;
 
