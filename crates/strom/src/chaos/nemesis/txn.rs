@@ -91,7 +91,11 @@ pub struct TxnOutcomeOfRun {
 /// partition has a leader and a full ISR.
 pub async fn set_up_topic(bootstrap: &str, partitions: i32, replicas: usize) -> anyhow::Result<()> {
     let configs = vec![
-        ("min.insync.replicas".to_string(), "2".to_string()),
+        // 2 of 3; 1 when a test runs a single broker.
+        (
+            "min.insync.replicas".to_string(),
+            replicas.min(2).to_string(),
+        ),
         (
             "unclean.leader.election.enable".to_string(),
             "false".to_string(),
@@ -625,3 +629,7 @@ pub fn print_summary(w: &TxnWorkload, o: &TxnOutcomeOfRun) {
         println!("    first transactional client error: {e}");
     }
 }
+
+#[cfg(test)]
+#[path = "txn_kafka_tests.rs"]
+mod kafka_tests;
