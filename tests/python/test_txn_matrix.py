@@ -88,6 +88,7 @@ class Worker:
     """One harness process: JSON commands on stdin, one JSON answer per line on stdout."""
 
     def __init__(self, cmd, cfg, log):
+        self.log_path = log
         self.log = open(log, "ab")
         self.proc = subprocess.Popen([*cmd, json.dumps(cfg)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True,
@@ -99,7 +100,10 @@ class Worker:
         line = self.proc.stdout.readline()
         if not line:
             raise AssertionError(f"harness exited during {op} (code {self.proc.wait()})")
-        return json.loads(line)
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            raise AssertionError(f"harness answered {op} with {line!r}") from None
 
     def ok(self, op, **kw):
         a = self.call(op, **kw)

@@ -90,7 +90,19 @@ impl LocalLog {
     /// After the log start or end moved: log start <= HW <= LEO.
     fn clamp_high_watermark(&mut self) {
         let (start, end) = (self.log.log_start_offset(), self.log.log_end_offset());
-        self.high_watermark = self.high_watermark.min(end).max(start);
+        self.set_high_watermark(self.high_watermark.min(end).max(start));
+    }
+
+    /// The one place the HW changes: the producer state hears of it too, so completed
+    /// transactions below it stop holding the LSO back (Kafka's `updateHighWatermarkMetadata`).
+    fn set_high_watermark(&mut self, hw: i64) {
+        self.high_watermark = hw;
+        self.log.update_high_watermark(hw);
+    }
+
+    /// The last stable offset: the first unstable offset if below the HW, else the HW.
+    fn last_stable_offset(&self) -> i64 {
+        self.log.last_stable_offset(self.high_watermark)
     }
 }
 
@@ -469,6 +481,10 @@ impl Partition {
     pub fn high_watermark(&self) -> i64 {
         self.published.high_watermark.load(Ordering::Acquire)
     }
+    /// The last stable offset now (read_committed consumers see only below it).
+    pub fn last_stable_offset(&self) -> i64 {
+        self.offset_snapshot().last_stable_offset
+    }
     pub fn log_end_offset(&self) -> i64 {
         self.published.log_end_offset.load(Ordering::Acquire)
     }
@@ -483,7 +499,7 @@ impl Partition {
     fn maybe_increment_leader_hw(log: &mut LocalLog, repl: &LeaderState, now_ms: i64) -> bool {
         match repl.high_watermark_candidate(log.log.log_end_offset(), now_ms) {
             Some(hw) if hw > log.high_watermark => {
-                log.high_watermark = hw;
+                log.set_high_watermark(hw);
                 true
             }
             _ => false,
@@ -504,6 +520,27 @@ impl Partition {
         expected_leader_epoch: i32,
         now_ms: i64,
     ) -> Result<LogAppendInfo, PartitionError> {
+        self.append_records_to_leader_with_txn_version(
+            records,
+            origin,
+            required_acks,
+            expected_leader_epoch,
+            0,
+            now_ms,
+        )
+    }
+
+    /// [`Self::append_records_to_leader`] of transaction markers of `transaction_version`
+    /// (WriteTxnMarkers v2), which decides how strictly their producer epoch is checked.
+    pub fn append_records_to_leader_with_txn_version(
+        &self,
+        records: &[u8],
+        origin: AppendOrigin,
+        required_acks: i16,
+        expected_leader_epoch: i32,
+        transaction_version: i16,
+        now_ms: i64,
+    ) -> Result<LogAppendInfo, PartitionError> {
         let (info, hw_moved) = {
             let st = self.state.read();
             self.check_leader(&st)?;
@@ -517,9 +554,13 @@ impl Partition {
                     ));
                 }
             }
-            let info = log
-                .log
-                .append_as_leader(records, st.leader_epoch, origin, now_ms)?;
+            let info = log.log.append_as_leader_with_txn_version(
+                records,
+                st.leader_epoch,
+                origin,
+                transaction_version,
+                now_ms,
+            )?;
             let repl = st.replication.lock();
             let moved = Self::maybe_increment_leader_hw(&mut log, &repl, now_ms);
             (info, moved)
@@ -854,7 +895,7 @@ impl Partition {
         let hw = leader_hw
             .min(log.log.log_end_offset())
             .max(log.log.log_start_offset());
-        log.high_watermark = hw;
+        log.set_high_watermark(hw);
         hw
     }
 
@@ -888,7 +929,7 @@ impl Partition {
         self.check_follower(&st)?;
         let mut log = self.lock_log(&st);
         log.log.truncate_fully_and_start_at(offset)?;
-        log.high_watermark = offset;
+        log.set_high_watermark(offset);
         Ok(())
     }
 

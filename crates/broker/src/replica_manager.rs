@@ -47,6 +47,11 @@ pub struct ReplicaManager {
     followed: parking_lot::Mutex<HashMap<TopicPartition, (i32, i32)>>,
     /// The produce, fetch and delete-records purgatories of every hosted partition.
     delayed: Arc<DelayedOperations>,
+    /// Partition count of every topic in the last applied image: a partition the metadata
+    /// knows but this broker does not host answers NOT_LEADER_OR_FOLLOWER (clients refresh
+    /// their metadata), one it does not know UNKNOWN_TOPIC_OR_PARTITION, as Kafka's
+    /// `getPartitionOrError` does with its metadata cache.
+    known_topics: RwLock<HashMap<String, i32>>,
 }
 
 pub struct Replication {
@@ -72,6 +77,7 @@ impl ReplicaManager {
             replication: std::sync::OnceLock::new(),
             followed: parking_lot::Mutex::new(HashMap::new()),
             delayed: Arc::new(DelayedOperations::default()),
+            known_topics: RwLock::new(HashMap::new()),
         })
     }
 
@@ -112,6 +118,14 @@ impl ReplicaManager {
         }
         if self.is_offline(topic, partition) {
             return Err(ErrorCode::KafkaStorageError);
+        }
+        let known = self
+            .known_topics
+            .read()
+            .get(topic)
+            .is_some_and(|n| (0..*n).contains(&partition));
+        if known {
+            return Err(ErrorCode::NotLeaderOrFollower);
         }
         Err(ErrorCode::UnknownTopicOrPartition)
     }
@@ -194,6 +208,13 @@ impl ReplicaManager {
     /// never under the image lock; the partition map's lock is never held across file I/O.
     pub fn apply_delta(&self, delta: &MetadataDelta, image: &MetadataImage) {
         let now_ms = crate::now_ms();
+        // Rebuilt per image: cheap beside opening logs, and never stale.
+        let known: HashMap<String, i32> = image
+            .topics
+            .iter()
+            .map(|(name, t)| (name.clone(), t.partitions.len() as i32))
+            .collect();
+        *self.known_topics.write() = known;
         let node = self.config.node_id;
         let changes = delta.local_changes(node, image);
         // A topic created under the name of one still hosted: the old replicas go too.

@@ -540,9 +540,17 @@ impl Server {
 
 /// Returns once the broker's image shows this broker registered and not fenced (at once on a
 /// single node, which registers before it serves; in a quorum after `register_until_done`).
+///
+/// Only a published image counts. Until the held loader of a quorum member is released, the
+/// image is the one replayed from its own log at start-up: after a restart it still shows this
+/// broker unfenced (and leading its partitions) from before the crash, while no partition is
+/// hosted yet. Serving then answered ListOffsets and Fetch for this broker's own partitions with
+/// UNKNOWN_TOPIC_OR_PARTITION, which librdkafka takes as permanent for an offset lookup: it
+/// reset the consumer to the log end, skipping every record already there.
 async fn wait_until_unfenced(broker: &Broker) {
     let node = broker.config.node_id;
     let mut published = broker.metadata_loader.published();
+    broker.metadata_loader.caught_up().await;
     loop {
         let unfenced = broker.image().brokers.get(&node).is_some_and(|b| !b.fenced);
         if unfenced {

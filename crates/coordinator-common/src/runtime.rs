@@ -19,6 +19,18 @@
 //! COORDINATOR_LOAD_IN_PROGRESS), [`CoordinatorRuntime::schedule_unload`] on losing it (the
 //! shard is dropped, pending responses and later requests get NOT_COORDINATOR).
 //!
+//! **Transactional writes** ([`CoordinatorRuntime::transactional_write`], Kafka's
+//! `scheduleTransactionalWriteOperation`): the records of a write made for a producer's
+//! transaction (TxnOffsetCommit) are appended as one transactional batch of that producer and
+//! replayed with it ([`CoordinatorShard::replay_transactional`]), so the shard keeps them
+//! pending. [`CoordinatorRuntime::schedule_transaction_completion`] (Kafka's
+//! `scheduleTransactionCompletion`, for WriteTxnMarkers) replays the end-transaction marker
+//! into the shard ([`CoordinatorShard::replay_end_transaction_marker`]), appends it after
+//! everything written before, and completes once the high watermark passes it. Loading hands
+//! the shard every record with its batch's producer and every marker in log order
+//! ([`CoordinatorLoader::load_records`]), so pending, committed and aborted transactional
+//! state comes back exactly as it was.
+//!
 //! **Write timeout** ([`CoordinatorRuntime::set_write_timeout`], the group coordinator's
 //! `offsets.commit.timeout.ms`): a write whose records are not committed within it answers
 //! COORDINATOR_NOT_AVAILABLE, as Kafka's runtime fails the write with a timeout that the
@@ -33,6 +45,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+use strom_protocol::memory_records::EndTxnMarker;
+pub use strom_protocol::memory_records::TxnResult;
 use strom_protocol::ErrorCode;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -115,6 +129,25 @@ pub struct AppendResult {
     pub high_watermark: i64,
 }
 
+/// The producer a transactional batch or marker belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TxnProducer {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+}
+
+/// What a writer answers for the transactional appends it does not make (a partition whose
+/// coordinator never writes transactionally, e.g. a test writer).
+fn no_transactional_appends(tp: &TopicPartition) -> WriteError {
+    WriteError {
+        code: ErrorCode::UnknownServerError,
+        message: format!(
+            "the partition writer of {}-{} does not append transactional batches",
+            tp.0, tp.1
+        ),
+    }
+}
+
 /// The runtime's narrow way into the broker's partitions.
 pub trait PartitionWriter: Send + Sync + 'static {
     /// Appends `records` as one batch to `tp` as its leader with origin Coordinator, refused
@@ -125,6 +158,53 @@ pub trait PartitionWriter: Send + Sync + 'static {
         leader_epoch: i32,
         records: &[RawRecord],
     ) -> Result<AppendResult, WriteError>;
+
+    /// As [`Self::append`], as one transactional batch of `producer` (Kafka's runtime builds
+    /// it with the producer's id and epoch, base sequence 0 and the transactional attribute).
+    /// Only coordinators that write for transactions (the group coordinator's TxnOffsetCommit)
+    /// need it.
+    fn append_transactional(
+        &self,
+        tp: &TopicPartition,
+        _leader_epoch: i32,
+        _producer: TxnProducer,
+        _records: &[RawRecord],
+    ) -> Result<AppendResult, WriteError> {
+        Err(no_transactional_appends(tp))
+    }
+
+    /// Appends the control batch that ends `producer`'s transaction in `tp` with `result`,
+    /// carrying the transaction coordinator's `coordinator_epoch` (Kafka's
+    /// `MemoryRecords.withEndTransactionMarker`), as leader at `leader_epoch`.
+    fn append_end_txn_marker(
+        &self,
+        tp: &TopicPartition,
+        _leader_epoch: i32,
+        _producer: TxnProducer,
+        _coordinator_epoch: i32,
+        _result: TxnResult,
+    ) -> Result<AppendResult, WriteError> {
+        Err(no_transactional_appends(tp))
+    }
+}
+
+/// One entry of a partition as loading reads it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadedRecord {
+    /// A record of a data batch; `producer` is the batch's when it has a producer id (the
+    /// coordinators write transactional batches only; their own batches have none).
+    Record {
+        offset: i64,
+        producer: Option<TxnProducer>,
+        key: Bytes,
+        value: Option<Bytes>,
+    },
+    /// An end-transaction marker (a control batch) of `producer`.
+    EndTxnMarker {
+        offset: i64,
+        producer: TxnProducer,
+        marker: EndTxnMarker,
+    },
 }
 
 /// Reads a partition from its log start for loading (blocking I/O: run off the async
@@ -137,6 +217,26 @@ pub trait CoordinatorLoader: Send + Sync + 'static {
         leader_epoch: i32,
         sink: &mut dyn FnMut(i64, Bytes, Option<Bytes>),
     ) -> Result<AppendResult, WriteError>;
+
+    /// What the runtime loads with: every record with its batch's producer and every
+    /// end-transaction marker, in offset order (Kafka's loader hands the shard both). A
+    /// partition never written transactionally has neither: by default, what [`Self::load`]
+    /// reads, without producers.
+    fn load_records(
+        &self,
+        tp: &TopicPartition,
+        leader_epoch: i32,
+        sink: &mut dyn FnMut(LoadedRecord),
+    ) -> Result<AppendResult, WriteError> {
+        self.load(tp, leader_epoch, &mut |offset, key, value| {
+            sink(LoadedRecord::Record {
+                offset,
+                producer: None,
+                key,
+                value,
+            })
+        })
+    }
 }
 
 /// A coordinator's state for one partition, built from its records.
@@ -145,6 +245,24 @@ pub trait CoordinatorShard: Timeline + Send + 'static {
 
     /// Applies one record at `offset` (from a write of this shard, or from loading).
     fn replay(&mut self, offset: i64, record: &Self::Record);
+
+    /// Applies one record of `producer`'s transaction at `offset` (Kafka's `replay` with a
+    /// producer id): it stays pending until the marker. A shard that never writes
+    /// transactionally treats it as any record.
+    fn replay_transactional(&mut self, offset: i64, _producer: TxnProducer, record: &Self::Record) {
+        self.replay(offset, record)
+    }
+
+    /// Applies the end-transaction marker of `producer` at `offset` (Kafka's
+    /// `replayEndTransactionMarker`): a commit makes its pending records take effect, an abort
+    /// drops them. Nothing to do for a shard without transactional records.
+    fn replay_end_transaction_marker(
+        &mut self,
+        _offset: i64,
+        _producer: TxnProducer,
+        _result: TxnResult,
+    ) {
+    }
 
     /// The records in the form they are appended (an error fails the write that made them,
     /// with the code it carries).
@@ -189,6 +307,15 @@ pub struct WriteContext {
 
 pub(crate) enum Event<S: CoordinatorShard> {
     Write(WriteOp<S>),
+    /// A write whose records are appended as one transactional batch of the producer.
+    TransactionalWrite(TxnProducer, WriteOp<S>),
+    /// Writes the end-transaction marker of a producer.
+    CompleteTransaction {
+        producer: TxnProducer,
+        coordinator_epoch: i32,
+        result: TxnResult,
+        done: Completion,
+    },
     Read(ReadOp<S>),
     HighWatermark(i64),
     /// Leadership lost: stop and fail what waits.
@@ -344,6 +471,38 @@ impl<S: CoordinatorShard> CoordinatorRuntime<S> {
             + Send
             + 'static,
     ) -> Result<T, CoordinatorError> {
+        self.write_as(tp, None, op).await
+    }
+
+    /// As [`Self::write`] for a producer's transaction (Kafka's
+    /// `scheduleTransactionalWriteOperation`): the records are replayed as `producer`'s and
+    /// appended as one transactional batch of it, after everything written before. Whether
+    /// the producer may write to this partition in its transaction (KIP-890 verification) is
+    /// the caller's to check first.
+    pub async fn transactional_write<T: Send + 'static>(
+        &self,
+        tp: &TopicPartition,
+        producer_id: i64,
+        producer_epoch: i16,
+        op: impl FnOnce(&mut S, &WriteContext) -> Result<WriteResult<S::Record, T>, CoordinatorError>
+            + Send
+            + 'static,
+    ) -> Result<T, CoordinatorError> {
+        let producer = TxnProducer {
+            producer_id,
+            producer_epoch,
+        };
+        self.write_as(tp, Some(producer), op).await
+    }
+
+    async fn write_as<T: Send + 'static>(
+        &self,
+        tp: &TopicPartition,
+        producer: Option<TxnProducer>,
+        op: impl FnOnce(&mut S, &WriteContext) -> Result<WriteResult<S::Record, T>, CoordinatorError>
+            + Send
+            + 'static,
+    ) -> Result<T, CoordinatorError> {
         let events = self.sender(tp)?;
         let (tx, rx) = oneshot::channel::<Result<T, CoordinatorError>>();
         let boxed: WriteOp<S> = Box::new(move |shard, ctx| match op(shard, ctx) {
@@ -358,19 +517,82 @@ impl<S: CoordinatorShard> CoordinatorRuntime<S> {
                 None
             }
         });
+        let event = match producer {
+            None => Event::Write(boxed),
+            Some(p) => Event::TransactionalWrite(p, boxed),
+        };
         events
-            .send(Event::Write(boxed))
+            .send(event)
             .map_err(|_| CoordinatorError::NotCoordinator(tp.clone()))?;
         // Not held while waiting: the shard's channel closes when it is unloaded.
         drop(events);
+        let timeout_ms = self.write_timeout_ms.load(Ordering::Relaxed);
+        self.wait_committed(tp, Waited::Write, timeout_ms, rx).await
+    }
+
+    /// Ends `producer_id`'s transaction in `tp` with `result` (Kafka's
+    /// `scheduleTransactionCompletion`, what WriteTxnMarkers asks of a coordinator's
+    /// partition): the marker is replayed into the shard — a commit makes the producer's
+    /// pending records take effect, an abort drops them — and appended with the transaction
+    /// coordinator's `coordinator_epoch` after everything written before; answered once the
+    /// high watermark passes it, or COORDINATOR_NOT_AVAILABLE after `timeout` (Kafka gives
+    /// the broker's `request.timeout.ms`; zero: no limit). A failed append undoes the replay.
+    pub async fn schedule_transaction_completion(
+        &self,
+        tp: &TopicPartition,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        result: TxnResult,
+        timeout: Duration,
+    ) -> Result<(), CoordinatorError> {
+        let events = self.sender(tp)?;
+        let (tx, rx) = oneshot::channel::<Result<(), CoordinatorError>>();
+        let done: Completion = Box::new(move |r| {
+            let _ = tx.send(r);
+        });
+        events
+            .send(Event::CompleteTransaction {
+                producer: TxnProducer {
+                    producer_id,
+                    producer_epoch,
+                },
+                coordinator_epoch,
+                result,
+                done,
+            })
+            .map_err(|_| CoordinatorError::NotCoordinator(tp.clone()))?;
+        drop(events);
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self.wait_committed(tp, Waited::Marker, ms, rx).await
+    }
+
+    /// Waits for a write's answer, at most `timeout_ms` (0: no limit).
+    async fn wait_committed<T>(
+        &self,
+        tp: &TopicPartition,
+        what: Waited,
+        timeout_ms: u64,
+        rx: oneshot::Receiver<Result<T, CoordinatorError>>,
+    ) -> Result<T, CoordinatorError> {
         let not_coordinator = |_| Err(CoordinatorError::NotCoordinator(tp.clone()));
-        match self.write_timeout_ms.load(Ordering::Relaxed) {
+        match timeout_ms {
             0 => rx.await.unwrap_or_else(not_coordinator),
             ms => match tokio::time::timeout(Duration::from_millis(ms), rx).await {
                 Ok(r) => r.unwrap_or_else(not_coordinator),
-                Err(_) => Err(CoordinatorError::NotAvailable(format!(
-                    "the write to {tp:?} was not committed within {ms} ms"
-                ))),
+                Err(_) => {
+                    let message =
+                        format!("the {what:?} to {tp:?} was not committed within {ms} ms");
+                    Err(match what {
+                        Waited::Write => CoordinatorError::NotAvailable(message),
+                        // Kafka's runtime fails the completion with a TimeoutException, which
+                        // WriteTxnMarkers answers as REQUEST_TIMED_OUT.
+                        Waited::Marker => CoordinatorError::Operation {
+                            code: ErrorCode::RequestTimedOut,
+                            message,
+                        },
+                    })
+                }
             },
         }
     }
@@ -430,6 +652,13 @@ impl<S: CoordinatorShard> Drop for CoordinatorRuntime<S> {
     }
 }
 
+/// What a caller waits for (the error its timeout gives).
+#[derive(Debug, Clone, Copy)]
+enum Waited {
+    Write,
+    Marker,
+}
+
 /// A shard's state while it runs.
 struct Running<S: CoordinatorShard> {
     shard: S,
@@ -442,6 +671,130 @@ struct Running<S: CoordinatorShard> {
 }
 
 impl<S: CoordinatorShard> Running<S> {
+    /// Runs one write; `false` when the shard must stop (its view of the log is wrong).
+    fn run_write(
+        &mut self,
+        tp: &TopicPartition,
+        writer: &dyn PartitionWriter,
+        producer: Option<TxnProducer>,
+        op: WriteOp<S>,
+    ) -> bool {
+        let ctx = WriteContext {
+            offset: self.next_offset,
+            epoch: self.epoch,
+        };
+        let Some((records, done)) = op(&mut self.shard, &ctx) else {
+            // The operation refused: undo whatever it changed before refusing.
+            self.shard.revert_to(ctx.offset);
+            return true;
+        };
+        if records.is_empty() {
+            // Nothing to append: answer once everything before it is committed (it may
+            // depend on state still uncommitted).
+            let last = ctx.offset - 1;
+            if last < self.high_watermark {
+                done(Ok(()));
+            } else {
+                self.deferred.push_back((last, done));
+            }
+            return true;
+        }
+        let raw: Vec<RawRecord> = match records.iter().map(S::serialize).collect() {
+            Ok(raw) => raw,
+            Err(e) => {
+                self.shard.revert_to(ctx.offset);
+                done(Err(e));
+                return true;
+            }
+        };
+        for (i, r) in records.iter().enumerate() {
+            let offset = ctx.offset + i as i64;
+            match producer {
+                None => self.shard.replay(offset, r),
+                Some(p) => self.shard.replay_transactional(offset, p, r),
+            }
+        }
+        let appended = match producer {
+            None => writer.append(tp, self.epoch, &raw),
+            Some(p) => writer.append_transactional(tp, self.epoch, p, &raw),
+        };
+        let failed = |e: &WriteError| CoordinatorError::from_append(tp, e);
+        self.appended(tp, ctx.offset, appended, failed, done)
+    }
+
+    /// Replays and appends an end-transaction marker (Kafka's `completeTransaction`); `false`
+    /// when the shard must stop.
+    fn complete_transaction(
+        &mut self,
+        tp: &TopicPartition,
+        writer: &dyn PartitionWriter,
+        producer: TxnProducer,
+        coordinator_epoch: i32,
+        result: TxnResult,
+        done: Completion,
+    ) -> bool {
+        let offset = self.next_offset;
+        self.shard
+            .replay_end_transaction_marker(offset, producer, result);
+        let appended =
+            writer.append_end_txn_marker(tp, self.epoch, producer, coordinator_epoch, result);
+        tracing::debug!(
+            ?tp,
+            producer_id = producer.producer_id,
+            producer_epoch = producer.producer_epoch,
+            result = result.name(),
+            ok = appended.is_ok(),
+            "transaction marker"
+        );
+        // Kafka's runtime fails the completion with the append's own error (the broker maps
+        // only the coordinator errors for WriteTxnMarkers): e.g. NOT_ENOUGH_REPLICAS, or
+        // INVALID_PRODUCER_EPOCH for a marker of a fenced epoch, stay as they are.
+        let failed = |e: &WriteError| CoordinatorError::Operation {
+            code: e.code,
+            message: e.message.clone(),
+        };
+        self.appended(tp, offset, appended, failed, done)
+    }
+
+    /// What follows an append of the batch expected at `offset`: its answer waits for the
+    /// high watermark, or a failure undoes what was replayed for it. `false` when the batch
+    /// landed elsewhere than expected.
+    fn appended(
+        &mut self,
+        tp: &TopicPartition,
+        offset: i64,
+        appended: Result<AppendResult, WriteError>,
+        failed: impl FnOnce(&WriteError) -> CoordinatorError,
+        done: Completion,
+    ) -> bool {
+        match appended {
+            Ok(res) if res.base_offset == offset => {
+                self.next_offset = res.last_offset + 1;
+                self.deferred.push_back((res.last_offset, done));
+                self.advance_high_watermark(res.high_watermark);
+                true
+            }
+            Ok(res) => {
+                // Someone else wrote to the partition: this shard's view of it is wrong. Keep
+                // the records (they are in the log), but stop serving: the next load rebuilds
+                // from the log.
+                tracing::error!(
+                    ?tp,
+                    expected = offset,
+                    got = res.base_offset,
+                    "coordinator partition written by another writer"
+                );
+                done(Err(CoordinatorError::NotCoordinator(tp.clone())));
+                false
+            }
+            Err(e) => {
+                self.shard.revert_to(offset);
+                done(Err(failed(&e)));
+                true
+            }
+        }
+    }
+
     fn advance_high_watermark(&mut self, hw: i64) {
         if hw <= self.high_watermark {
             return;
@@ -477,14 +830,27 @@ async fn run_shard<S: CoordinatorShard>(
     let load_tp = tp.clone();
     let loaded = tokio::task::spawn_blocking(move || {
         let mut skipped = 0u64;
-        let r = loader.load(
-            &load_tp,
-            epoch,
-            &mut |offset, key, value| match S::deserialize(&key, value.as_ref()) {
-                Some(record) => shard.replay(offset, &record),
+        // Records and markers in log order, each record with its batch's producer, so a
+        // transaction's pending records and its marker replay as they were written.
+        let r = loader.load_records(&load_tp, epoch, &mut |loaded| match loaded {
+            LoadedRecord::Record {
+                offset,
+                producer,
+                key,
+                value,
+            } => match S::deserialize(&key, value.as_ref()) {
+                Some(record) => match producer {
+                    None => shard.replay(offset, &record),
+                    Some(p) => shard.replay_transactional(offset, p, &record),
+                },
                 None => skipped += 1,
             },
-        );
+            LoadedRecord::EndTxnMarker {
+                offset,
+                producer,
+                marker,
+            } => shard.replay_end_transaction_marker(offset, producer, marker.result),
+        });
         // Everything read is committed as far as the log says; what lies above the high
         // watermark stays revertible.
         r.map(|end| (shard, end, skipped))
@@ -527,61 +893,33 @@ async fn run_shard<S: CoordinatorShard>(
             Event::Unload => break,
             Event::Read(op) => op(&st.shard, st.high_watermark),
             Event::Write(op) => {
-                let ctx = WriteContext {
-                    offset: st.next_offset,
-                    epoch: st.epoch,
-                };
-                let Some((records, done)) = op(&mut st.shard, &ctx) else {
-                    // The operation refused: undo whatever it changed before refusing.
-                    st.shard.revert_to(ctx.offset);
-                    continue;
-                };
-                if records.is_empty() {
-                    // Nothing to append: answer once everything before it is committed (it
-                    // may depend on state still uncommitted).
-                    let last = ctx.offset - 1;
-                    if last < st.high_watermark {
-                        done(Ok(()));
-                    } else {
-                        st.deferred.push_back((last, done));
-                    }
-                    continue;
+                if !st.run_write(&tp, writer.as_ref(), None, op) {
+                    *status.lock() = Status::Failed;
+                    break;
                 }
-                let raw: Vec<RawRecord> = match records.iter().map(S::serialize).collect() {
-                    Ok(raw) => raw,
-                    Err(e) => {
-                        st.shard.revert_to(ctx.offset);
-                        done(Err(e));
-                        continue;
-                    }
-                };
-                for (i, r) in records.iter().enumerate() {
-                    st.shard.replay(ctx.offset + i as i64, r);
+            }
+            Event::TransactionalWrite(producer, op) => {
+                if !st.run_write(&tp, writer.as_ref(), Some(producer), op) {
+                    *status.lock() = Status::Failed;
+                    break;
                 }
-                match writer.append(&tp, st.epoch, &raw) {
-                    Ok(res) if res.base_offset == ctx.offset => {
-                        st.next_offset = res.last_offset + 1;
-                        st.deferred.push_back((res.last_offset, done));
-                        st.advance_high_watermark(res.high_watermark);
-                    }
-                    Ok(res) => {
-                        // Someone else wrote to the partition: this shard's view of it is
-                        // wrong. Keep the records (they are in the log), but stop serving:
-                        // the next load rebuilds from the log.
-                        tracing::error!(
-                            ?tp,
-                            expected = ctx.offset,
-                            got = res.base_offset,
-                            "coordinator partition written by another writer"
-                        );
-                        done(Err(CoordinatorError::NotCoordinator(tp.clone())));
-                        *status.lock() = Status::Failed;
-                        break;
-                    }
-                    Err(e) => {
-                        st.shard.revert_to(ctx.offset);
-                        done(Err(CoordinatorError::from_append(&tp, &e)));
-                    }
+            }
+            Event::CompleteTransaction {
+                producer,
+                coordinator_epoch,
+                result,
+                done,
+            } => {
+                if !st.complete_transaction(
+                    &tp,
+                    writer.as_ref(),
+                    producer,
+                    coordinator_epoch,
+                    result,
+                    done,
+                ) {
+                    *status.lock() = Status::Failed;
+                    break;
                 }
             }
         }

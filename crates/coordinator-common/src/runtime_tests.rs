@@ -6,10 +6,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::*;
 use crate::timeline::{Timeline, TimelineMap};
 
+/// One batch's worth of the in-memory log, per offset: a record (with the producer of a
+/// transactional batch) or an end-transaction marker.
+#[derive(Debug, Clone, PartialEq)]
+enum Entry {
+    Record(RawRecord, Option<TxnProducer>),
+    Marker(TxnProducer, i32, TxnResult),
+}
+
 /// A partition: the log, a high watermark the test moves (followers), injected failures.
 #[derive(Default)]
 struct MemPartition {
-    log: Mutex<Vec<RawRecord>>,
+    log: Mutex<Vec<Entry>>,
     /// When set, the HW follows every append at once (one replica).
     auto_hw: AtomicBool,
     hw: Mutex<i64>,
@@ -20,13 +28,8 @@ struct MemPartition {
 
 struct Writer(Arc<MemPartition>);
 
-impl PartitionWriter for Writer {
-    fn append(
-        &self,
-        _tp: &TopicPartition,
-        _epoch: i32,
-        records: &[RawRecord],
-    ) -> Result<AppendResult, WriteError> {
+impl Writer {
+    fn push(&self, entries: Vec<Entry>) -> Result<AppendResult, WriteError> {
         if let Some(code) = self.0.fail_next.lock().take() {
             return Err(WriteError {
                 code,
@@ -35,7 +38,7 @@ impl PartitionWriter for Writer {
         }
         let mut log = self.0.log.lock();
         let base = log.len() as i64;
-        log.extend_from_slice(records);
+        log.extend(entries);
         let last = log.len() as i64 - 1;
         let mut hw = self.0.hw.lock();
         if self.0.auto_hw.load(Ordering::SeqCst) {
@@ -46,6 +49,48 @@ impl PartitionWriter for Writer {
             last_offset: last,
             high_watermark: *hw,
         })
+    }
+}
+
+impl PartitionWriter for Writer {
+    fn append(
+        &self,
+        _tp: &TopicPartition,
+        _epoch: i32,
+        records: &[RawRecord],
+    ) -> Result<AppendResult, WriteError> {
+        self.push(
+            records
+                .iter()
+                .map(|r| Entry::Record(r.clone(), None))
+                .collect(),
+        )
+    }
+
+    fn append_transactional(
+        &self,
+        _tp: &TopicPartition,
+        _epoch: i32,
+        producer: TxnProducer,
+        records: &[RawRecord],
+    ) -> Result<AppendResult, WriteError> {
+        self.push(
+            records
+                .iter()
+                .map(|r| Entry::Record(r.clone(), Some(producer)))
+                .collect(),
+        )
+    }
+
+    fn append_end_txn_marker(
+        &self,
+        _tp: &TopicPartition,
+        _epoch: i32,
+        producer: TxnProducer,
+        coordinator_epoch: i32,
+        result: TxnResult,
+    ) -> Result<AppendResult, WriteError> {
+        self.push(vec![Entry::Marker(producer, coordinator_epoch, result)])
     }
 }
 
@@ -60,8 +105,46 @@ impl CoordinatorLoader for Writer {
             std::thread::sleep(Duration::from_millis(1));
         }
         let log = self.0.log.lock();
-        for (i, (k, v)) in log.iter().enumerate() {
-            sink(i as i64, k.clone(), v.clone());
+        for (i, e) in log.iter().enumerate() {
+            if let Entry::Record((k, v), _) = e {
+                sink(i as i64, k.clone(), v.clone());
+            }
+        }
+        Ok(AppendResult {
+            base_offset: 0,
+            last_offset: log.len() as i64 - 1,
+            high_watermark: *self.0.hw.lock(),
+        })
+    }
+
+    fn load_records(
+        &self,
+        _tp: &TopicPartition,
+        _epoch: i32,
+        sink: &mut dyn FnMut(LoadedRecord),
+    ) -> Result<AppendResult, WriteError> {
+        while self.0.hold_load.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let log = self.0.log.lock();
+        for (i, e) in log.iter().enumerate() {
+            let offset = i as i64;
+            sink(match e {
+                Entry::Record((key, value), producer) => LoadedRecord::Record {
+                    offset,
+                    producer: *producer,
+                    key: key.clone(),
+                    value: value.clone(),
+                },
+                Entry::Marker(producer, coordinator_epoch, result) => LoadedRecord::EndTxnMarker {
+                    offset,
+                    producer: *producer,
+                    marker: EndTxnMarker {
+                        result: *result,
+                        coordinator_epoch: *coordinator_epoch,
+                    },
+                },
+            });
         }
         Ok(AppendResult {
             base_offset: 0,
@@ -71,10 +154,12 @@ impl CoordinatorLoader for Writer {
     }
 }
 
-/// Named counters; a record sets one (a tombstone removes it).
+/// Named counters; a record sets one (a tombstone removes it). A transaction's records wait in
+/// `pending` for their producer's marker.
 #[derive(Default)]
 struct Counters {
     values: TimelineMap<String, i64>,
+    pending: TimelineMap<i64, Vec<Set>>,
     /// The shard's own timers (set by operations, as session timers are).
     timer: Option<CoordinatorTimer<Counters>>,
 }
@@ -84,10 +169,12 @@ struct Set(String, Option<i64>);
 
 impl Timeline for Counters {
     fn revert_to(&mut self, offset: i64) {
-        self.values.revert_to(offset)
+        self.values.revert_to(offset);
+        self.pending.revert_to(offset);
     }
     fn commit(&mut self, committed: i64) {
-        self.values.commit(committed)
+        self.values.commit(committed);
+        self.pending.commit(committed);
     }
 }
 
@@ -100,6 +187,30 @@ impl CoordinatorShard for Counters {
             }
             None => {
                 self.values.remove(offset, &r.0);
+            }
+        }
+    }
+    fn replay_transactional(&mut self, offset: i64, producer: TxnProducer, r: &Set) {
+        let mut waiting = self
+            .pending
+            .get(&producer.producer_id)
+            .cloned()
+            .unwrap_or_default();
+        waiting.push(r.clone());
+        self.pending.insert(offset, producer.producer_id, waiting);
+    }
+    fn replay_end_transaction_marker(
+        &mut self,
+        offset: i64,
+        producer: TxnProducer,
+        result: TxnResult,
+    ) {
+        let Some(waiting) = self.pending.remove(offset, &producer.producer_id) else {
+            return;
+        };
+        if result == TxnResult::Commit {
+            for r in &waiting {
+                self.replay(offset, r);
             }
         }
     }
@@ -486,4 +597,251 @@ async fn a_write_not_committed_within_the_write_timeout_answers_coordinator_not_
     assert!(!waiting.is_finished());
     rt.on_high_watermark(&tp(), 2);
     assert_eq!(waiting.await.unwrap(), Ok(2));
+}
+
+// Transactional writes and markers.
+
+const PID: i64 = 4000;
+
+fn producer(id: i64) -> TxnProducer {
+    TxnProducer {
+        producer_id: id,
+        producer_epoch: 2,
+    }
+}
+
+/// Sets `name` to `value` in `pid`'s transaction.
+async fn txn_set(
+    rt: &CoordinatorRuntime<Counters>,
+    pid: i64,
+    name: &str,
+    value: i64,
+) -> Result<(), CoordinatorError> {
+    let name = name.to_string();
+    rt.transactional_write(&tp(), pid, 2, move |_s: &mut Counters, _: &WriteContext| {
+        Ok(WriteResult {
+            records: vec![Set(name, Some(value))],
+            response: (),
+        })
+    })
+    .await
+}
+
+async fn end_txn(
+    rt: &CoordinatorRuntime<Counters>,
+    pid: i64,
+    result: TxnResult,
+) -> Result<(), CoordinatorError> {
+    rt.schedule_transaction_completion(&tp(), pid, 2, 9, result, Duration::ZERO)
+        .await
+}
+
+async fn latest(rt: &CoordinatorRuntime<Counters>, name: &str) -> Option<i64> {
+    let name = name.to_string();
+    rt.read(&tp(), move |s: &Counters, _| s.values.get(&name).copied())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_transactional_write_is_one_producer_batch_and_takes_effect_at_its_commit_marker() {
+    let p = Arc::new(MemPartition::default());
+    p.auto_hw.store(true, Ordering::SeqCst);
+    let rt = runtime(&p);
+    rt.schedule_load(tp(), 3);
+    loaded(&rt).await;
+    let name = "a".to_string();
+    rt.transactional_write(&tp(), PID, 2, move |_s: &mut Counters, _: &WriteContext| {
+        Ok(WriteResult {
+            records: vec![Set(name, Some(1)), Set("b".into(), Some(2))],
+            response: (),
+        })
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        *p.log.lock(),
+        vec![
+            Entry::Record(Set::raw("a", 1), Some(producer(PID))),
+            Entry::Record(Set::raw("b", 2), Some(producer(PID))),
+        ],
+        "both records in one batch of the producer"
+    );
+    // Committed in the log, but pending in the shard until the marker.
+    assert_eq!(committed(&rt, "a").await, None);
+    assert_eq!(latest(&rt, "a").await, None);
+    // A plain write in between is not part of the transaction.
+    assert_eq!(increment(&rt, "c").await, Ok(1));
+    assert_eq!(p.log.lock()[2], Entry::Record(Set::raw("c", 1), None));
+
+    // The marker: held until the high watermark passes it.
+    p.auto_hw.store(false, Ordering::SeqCst);
+    let rt2 = rt.clone();
+    let commit = tokio::spawn(async move { end_txn(&rt2, PID, TxnResult::Commit).await });
+    for _ in 0..200 {
+        if p.log.lock().len() == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(
+        p.log.lock()[3],
+        Entry::Marker(producer(PID), 9, TxnResult::Commit),
+        "the marker carries the transaction coordinator's epoch"
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(
+        !commit.is_finished(),
+        "answered before the HW passed the marker"
+    );
+    assert_eq!(latest(&rt, "a").await, Some(1), "applied at once");
+    assert_eq!(committed(&rt, "a").await, None, "not committed yet");
+    rt.on_high_watermark(&tp(), 4);
+    assert_eq!(commit.await.unwrap(), Ok(()));
+    assert_eq!(committed(&rt, "a").await, Some(1));
+    assert_eq!(committed(&rt, "b").await, Some(2));
+    // A marker of a producer without pending records is appended and changes nothing.
+    p.auto_hw.store(true, Ordering::SeqCst);
+    assert_eq!(end_txn(&rt, 77, TxnResult::Abort).await, Ok(()));
+    assert_eq!(p.log.lock().len(), 5);
+}
+
+#[tokio::test]
+async fn an_abort_marker_drops_the_transactions_records() {
+    let p = Arc::new(MemPartition::default());
+    p.auto_hw.store(true, Ordering::SeqCst);
+    let rt = runtime(&p);
+    rt.schedule_load(tp(), 0);
+    loaded(&rt).await;
+    assert_eq!(increment(&rt, "a").await, Ok(1));
+    txn_set(&rt, PID, "a", 50).await.unwrap();
+    txn_set(&rt, PID + 1, "b", 60).await.unwrap();
+    end_txn(&rt, PID, TxnResult::Abort).await.unwrap();
+    assert_eq!(
+        committed(&rt, "a").await,
+        Some(1),
+        "the abort left the plain value"
+    );
+    // The other producer's transaction is untouched.
+    end_txn(&rt, PID + 1, TxnResult::Commit).await.unwrap();
+    assert_eq!(committed(&rt, "b").await, Some(60));
+    // A later commit marker of the aborted producer finds nothing of the aborted transaction.
+    end_txn(&rt, PID, TxnResult::Commit).await.unwrap();
+    assert_eq!(committed(&rt, "a").await, Some(1));
+}
+
+#[tokio::test]
+async fn a_failed_marker_append_is_undone_and_the_transaction_stays_pending() {
+    let p = Arc::new(MemPartition::default());
+    p.auto_hw.store(true, Ordering::SeqCst);
+    let rt = runtime(&p);
+    rt.schedule_load(tp(), 0);
+    loaded(&rt).await;
+    txn_set(&rt, PID, "a", 5).await.unwrap();
+    *p.fail_next.lock() = Some(ErrorCode::NotEnoughReplicas);
+    let e = end_txn(&rt, PID, TxnResult::Commit).await.unwrap_err();
+    assert_eq!(
+        e.code(),
+        ErrorCode::NotEnoughReplicas,
+        "the append's own error"
+    );
+    assert_eq!(
+        latest(&rt, "a").await,
+        None,
+        "the replayed marker was undone"
+    );
+    assert_eq!(p.log.lock().len(), 1, "no marker in the log");
+    *p.fail_next.lock() = Some(ErrorCode::InvalidProducerEpoch);
+    let e = end_txn(&rt, PID, TxnResult::Commit).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidProducerEpoch);
+    // The transaction coordinator retries: the pending record is still there to commit.
+    end_txn(&rt, PID, TxnResult::Commit).await.unwrap();
+    assert_eq!(committed(&rt, "a").await, Some(5));
+    assert_eq!(
+        *p.log.lock(),
+        vec![
+            Entry::Record(Set::raw("a", 5), Some(producer(PID))),
+            Entry::Marker(producer(PID), 9, TxnResult::Commit),
+        ]
+    );
+    // A failed transactional append is undone as any write.
+    *p.fail_next.lock() = Some(ErrorCode::NotEnoughReplicas);
+    assert_eq!(
+        txn_set(&rt, PID, "z", 1).await.unwrap_err().code(),
+        ErrorCode::CoordinatorNotAvailable
+    );
+    end_txn(&rt, PID, TxnResult::Commit).await.unwrap();
+    assert_eq!(committed(&rt, "z").await, None);
+}
+
+#[tokio::test]
+async fn loading_replays_pending_committed_and_aborted_transactions_as_written() {
+    let p = Arc::new(MemPartition::default());
+    p.auto_hw.store(true, Ordering::SeqCst);
+    {
+        let rt = runtime(&p);
+        rt.schedule_load(tp(), 0);
+        loaded(&rt).await;
+        txn_set(&rt, 1, "committed", 10).await.unwrap();
+        txn_set(&rt, 2, "aborted", 20).await.unwrap();
+        txn_set(&rt, 3, "pending", 30).await.unwrap();
+        assert_eq!(increment(&rt, "plain").await, Ok(1));
+        end_txn(&rt, 1, TxnResult::Commit).await.unwrap();
+        end_txn(&rt, 2, TxnResult::Abort).await.unwrap();
+        // Written after producer 1's commit: a new transaction of the same producer.
+        txn_set(&rt, 1, "committed", 11).await.unwrap();
+    }
+    let rt = runtime(&p);
+    rt.schedule_load(tp(), 1);
+    loaded(&rt).await;
+    assert_eq!(committed(&rt, "committed").await, Some(10));
+    assert_eq!(committed(&rt, "aborted").await, None);
+    assert_eq!(committed(&rt, "pending").await, None);
+    assert_eq!(committed(&rt, "plain").await, Some(1));
+    // What was pending before the move is pending here: its markers complete it.
+    end_txn(&rt, 3, TxnResult::Commit).await.unwrap();
+    assert_eq!(committed(&rt, "pending").await, Some(30));
+    end_txn(&rt, 1, TxnResult::Abort).await.unwrap();
+    assert_eq!(committed(&rt, "committed").await, Some(10));
+    end_txn(&rt, 2, TxnResult::Commit).await.unwrap();
+    assert_eq!(committed(&rt, "aborted").await, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_marker_not_committed_within_its_timeout_answers_request_timed_out() {
+    let p = Arc::new(MemPartition::default());
+    let rt = runtime(&p);
+    rt.schedule_load(tp(), 0);
+    for _ in 0..2000 {
+        if rt.partitions().iter().any(|(_, ok)| *ok) {
+            break;
+        }
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let rt2 = rt.clone();
+    let held = tokio::spawn(async move {
+        rt2.schedule_transaction_completion(
+            &tp(),
+            PID,
+            2,
+            9,
+            TxnResult::Commit,
+            Duration::from_secs(30),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_secs(29)).await;
+    assert!(!held.is_finished());
+    assert_eq!(
+        held.await.unwrap().unwrap_err().code(),
+        ErrorCode::RequestTimedOut
+    );
+    assert_eq!(p.log.lock().len(), 1, "the marker stays in the log");
+}
+
+impl Set {
+    fn raw(name: &str, v: i64) -> RawRecord {
+        Counters::serialize(&Set(name.into(), Some(v))).unwrap()
+    }
 }

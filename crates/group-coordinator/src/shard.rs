@@ -12,13 +12,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::RwLock;
 use strom_coordinator_common::runtime::{
-    CoordinatorError, CoordinatorShard, RawRecord, TopicPartition,
+    CoordinatorError, CoordinatorShard, RawRecord, TopicPartition, TxnProducer, TxnResult,
 };
 use strom_coordinator_common::timeline::Timeline;
 use strom_coordinator_common::timer::{Clock, CoordinatorTimer, ShardContext};
 use strom_protocol::ErrorCode;
 
-use crate::classic::ClassicGroups;
+use crate::classic::{ClassicGroup, ClassicGroups, GroupState};
 use crate::config::GroupCoordinatorConfig;
 use crate::consumer::ConsumerGroups;
 use crate::metadata::GroupMetadataImage;
@@ -147,6 +147,22 @@ impl GroupCoordinatorShard {
     pub fn validate_offset_commit(&mut self, auth: &OffsetCommitAuth<'_>) -> Result<(), ErrorCode> {
         match self.group_type(auth.group_id) {
             Some(GroupType::Consumer) => self.consumer.validate_offset_commit(&self.env, auth),
+            // A simple group an earlier commit made exist without writing anything: Kafka
+            // holds it as an empty classic group, which checks a named member or generation
+            // (UNKNOWN_MEMBER_ID) rather than answering for a group that does not exist.
+            None if self.offsets.unwritten_simple_groups.contains(auth.group_id) => {
+                ClassicGroup::new(
+                    auth.group_id.to_string(),
+                    GroupState::Empty,
+                    self.env.now_ms(),
+                )
+                .validate_offset_commit(
+                    auth.member_id,
+                    auth.group_instance_id,
+                    auth.generation_id_or_member_epoch,
+                    auth.transactional,
+                )
+            }
             _ => self.classic.validate_offset_commit(&self.env, auth),
         }
     }
@@ -237,6 +253,41 @@ impl GroupCoordinatorShard {
     }
 }
 
+impl GroupCoordinatorShard {
+    /// Kafka's `GroupCoordinatorShard.replay(offset, producerId, producerEpoch, record)`.
+    fn replay_with_producer(
+        &mut self,
+        offset: i64,
+        producer_id: Option<i64>,
+        record: &CoordinatorRecord,
+    ) {
+        match record {
+            CoordinatorRecord::LegacyOffsetCommit(..) | CoordinatorRecord::OffsetCommit(..) => {
+                self.offsets.replay(&self.env, offset, producer_id, record);
+                // A commit to a group nobody knows makes the simple (classic) group exist.
+                if let Some(group_id) = offset_commit_group(record) {
+                    if self.group_type(&group_id).is_none() {
+                        self.classic
+                            .replay_simple_group(&self.env, offset, &group_id);
+                    }
+                }
+            }
+            CoordinatorRecord::GroupMetadata(..) => {
+                // The offsets manager forgets a simple group at its tombstone.
+                self.offsets.replay(&self.env, offset, None, record);
+                self.classic.replay(&self.env, offset, record);
+            }
+            other => {
+                if self.consumer.handles(other) {
+                    self.consumer.replay(&self.env, offset, other);
+                }
+                // Share and streams group records (and anything newer) are skipped, as a
+                // coordinator without those group types skips them.
+            }
+        }
+    }
+}
+
 impl Timeline for GroupCoordinatorShard {
     fn revert_to(&mut self, offset: i64) {
         self.classic.revert_to(offset);
@@ -255,30 +306,32 @@ impl CoordinatorShard for GroupCoordinatorShard {
     type Record = CoordinatorRecord;
 
     fn replay(&mut self, offset: i64, record: &CoordinatorRecord) {
-        match record {
-            CoordinatorRecord::LegacyOffsetCommit(..) | CoordinatorRecord::OffsetCommit(..) => {
-                self.offsets.replay(&self.env, offset, record);
-                // A commit to a group nobody knows makes the simple (classic) group exist.
-                if let Some(group_id) = offset_commit_group(record) {
-                    if self.group_type(&group_id).is_none() {
-                        self.classic
-                            .replay_simple_group(&self.env, offset, &group_id);
-                    }
-                }
-            }
-            CoordinatorRecord::GroupMetadata(..) => {
-                // The offsets manager forgets a simple group at its tombstone.
-                self.offsets.replay(&self.env, offset, record);
-                self.classic.replay(&self.env, offset, record);
-            }
-            other => {
-                if self.consumer.handles(other) {
-                    self.consumer.replay(&self.env, offset, other);
-                }
-                // Share and streams group records (and anything newer) are skipped, as a
-                // coordinator without those group types skips them.
-            }
-        }
+        self.replay_with_producer(offset, None, record)
+    }
+
+    /// An offset commit of a TxnOffsetCommit: pending until its producer's marker (other
+    /// records are never written transactionally by this coordinator; should a log hold
+    /// some, they apply as written).
+    fn replay_transactional(
+        &mut self,
+        offset: i64,
+        producer: TxnProducer,
+        record: &CoordinatorRecord,
+    ) {
+        self.replay_with_producer(offset, Some(producer.producer_id), record)
+    }
+
+    fn replay_end_transaction_marker(
+        &mut self,
+        offset: i64,
+        producer: TxnProducer,
+        result: TxnResult,
+    ) {
+        self.offsets.replay_end_transaction_marker(
+            offset,
+            producer.producer_id,
+            result == TxnResult::Commit,
+        );
     }
 
     fn serialize(record: &CoordinatorRecord) -> Result<RawRecord, CoordinatorError> {

@@ -175,6 +175,14 @@ impl OffsetIndex {
         }
     }
 
+    /// Kafka's `fetchUpperBoundOffset`: the offset of the first entry at or past `position`
+    /// (where a fetch's bytes end), if any.
+    pub fn fetch_upper_bound_offset(&self, position: u64) -> Option<i64> {
+        let entries = self.entries.read();
+        let idx = entries.partition_point(|&(_, p)| (p as u64) < position);
+        entries.get(idx).map(|&e| self.resolve(e).offset)
+    }
+
     /// Drops every entry whose offset is >= `offset`.
     pub fn truncate_to(&self, offset: i64) -> io::Result<()> {
         let rel = offset - self.base_offset;

@@ -25,9 +25,15 @@
 //! `flush.ms` is honoured by [`UnifiedLog::flush_if_due`]. The broker's chores call both every
 //! `log.flush.scheduler.interval.ms`.
 //!
-//! It does not own the set of partitions (the broker's log manager does), the high watermark,
-//! replication, producer state or transactions. Batches are never decoded on the append or read
-//! path: only their 61-byte headers are read or patched (via `strom_protocol::batch`).
+//! - [`producer_state::ProducerStateManager`]: idempotent producers and their transactions
+//!   (open, completed, not yet below the HW), which give the first unstable offset; the log
+//!   indexes aborted transactions in each segment's `.txnindex` ([`txn_index`]) for
+//!   read_committed fetches, and rebuilds both after a crash or a truncation.
+//!
+//! It does not own the set of partitions (the broker's log manager does), the high watermark
+//! (the broker's partition tells the log where it is) or replication. Batches are never decoded
+//! on the append or read path: only their 61-byte headers are read or patched (via
+//! `strom_protocol::batch`), except control batches (one tiny record: the transaction marker).
 
 pub mod checkpoint;
 pub mod config;
@@ -38,6 +44,7 @@ mod log;
 pub mod producer_state;
 mod reader;
 pub mod segment;
+pub mod txn_index;
 
 use std::path::PathBuf;
 
@@ -88,6 +95,12 @@ pub enum StorageError {
     /// A client batch from a fenced (older) producer epoch.
     #[error("{0}")]
     InvalidProducerEpoch(String),
+    /// A non-transactional batch while the producer's transaction is open.
+    #[error("{0}")]
+    InvalidTxnState(String),
+    /// An end-transaction marker from an older transaction coordinator epoch.
+    #[error("{0}")]
+    TransactionCoordinatorFenced(String),
 }
 
 impl StorageError {
@@ -102,6 +115,8 @@ impl StorageError {
             Self::UnexpectedAppendOffset { .. } => ErrorCode::UnknownServerError,
             Self::OutOfOrderSequence(_) => ErrorCode::OutOfOrderSequenceNumber,
             Self::InvalidProducerEpoch(_) => ErrorCode::InvalidProducerEpoch,
+            Self::InvalidTxnState(_) => ErrorCode::InvalidTxnState,
+            Self::TransactionCoordinatorFenced(_) => ErrorCode::TransactionCoordinatorFenced,
         }
     }
 }
@@ -169,6 +184,9 @@ pub struct FetchDataInfo {
     pub records: bytes::Bytes,
     pub log_start_offset: i64,
     pub log_end_offset: i64,
+    /// For read_committed reads: the aborted transactions overlapping the range read (Kafka's
+    /// `FetchDataInfo.abortedTransactions`); `None` for other reads.
+    pub aborted_transactions: Option<Vec<txn_index::AbortedTxn>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,9 +13,10 @@ use crate::checkpoint::sync_dir;
 use crate::config::{LogConfig, TimestampType};
 use crate::file_cache::FileCache;
 use crate::leader_epoch::LeaderEpochFileCache;
-use crate::producer_state::{ProducerBatch, ProducerStateError, ProducerStateManager};
+use crate::producer_state::{PlacedBatch, Prepared, ProducerBatch, ProducerStateManager};
 use crate::reader::{LogReader, Shared};
 use crate::segment::{log_file_name, offset_index_file_name, time_index_file_name, LogSegment};
+use crate::txn_index::txn_index_file_name;
 use crate::{AppendOrigin, FetchDataInfo, LogAppendInfo, StorageError, TimestampAndOffset};
 
 /// ListOffsets' special timestamps, as Kafka's `ListOffsetsRequest`.
@@ -128,7 +129,8 @@ impl UnifiedLog {
         for name in others {
             let stem = name
                 .strip_suffix(".index")
-                .or_else(|| name.strip_suffix(".timeindex"));
+                .or_else(|| name.strip_suffix(".timeindex"))
+                .or_else(|| name.strip_suffix(".txnindex"));
             if let Some(stem) = stem {
                 if stem.len() == 20 && !bases.iter().any(|b| format!("{b:020}") == stem) {
                     std::fs::remove_file(dir.join(&name))?;
@@ -182,6 +184,7 @@ impl UnifiedLog {
                     log_file_name(base),
                     offset_index_file_name(base),
                     time_index_file_name(base),
+                    txn_index_file_name(base),
                 ] {
                     match std::fs::remove_file(dir.join(name)) {
                         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
@@ -233,7 +236,8 @@ impl UnifiedLog {
             last_flush_ms: crate::segment::now_ms(),
             pending_deletes: Vec::new(),
         };
-        log.load_producer_state()?;
+        // Segments recovery rewrote get their `.txnindex` back from the replay.
+        log.load_producer_state(first_recovered)?;
         log.load_leader_epochs(epochs_found)?;
         if let Some(base) = first_recovered {
             // Make what recovery rewrote durable, so the recovery point can move to the end.
@@ -320,14 +324,7 @@ impl UnifiedLog {
             a.max_timestamp = a.max_timestamp.max(view.max_timestamp());
             a.num_messages += view.records_count() as i64;
             a.batches += 1;
-            a.producer_batches.push(ProducerBatch {
-                producer_id: view.producer_id(),
-                producer_epoch: view.producer_epoch(),
-                first_seq: view.base_sequence(),
-                offset_delta: view.last_offset_delta(),
-                max_timestamp: view.max_timestamp(),
-                is_control: view.is_control(),
-            });
+            a.producer_batches.push(txn::producer_batch(&view));
         }
         Ok(a)
     }
@@ -354,34 +351,54 @@ impl UnifiedLog {
         origin: AppendOrigin,
         now_ms: i64,
     ) -> Result<LogAppendInfo, StorageError> {
+        self.append_as_leader_with_txn_version(records, leader_epoch, origin, 0, now_ms)
+    }
+
+    /// [`Self::append_as_leader`] of transaction markers of `transaction_version` (from
+    /// WriteTxnMarkers v2 on; 0 before), which decides how their producer epoch is checked.
+    pub fn append_as_leader_with_txn_version(
+        &mut self,
+        records: &[u8],
+        leader_epoch: i32,
+        origin: AppendOrigin,
+        transaction_version: i16,
+        now_ms: i64,
+    ) -> Result<LogAppendInfo, StorageError> {
         let analyzed = self.analyze(records, origin, None)?;
         if analyzed.batches == 0 {
             return Ok(self.empty_append_info());
         }
-        match self
-            .producer_state
-            .validate(&analyzed.producer_batches, origin)
-        {
-            Ok(None) => {}
-            Ok(Some(dup)) => {
-                // A retry of a batch already in the log: answer with where it went.
-                return Ok(LogAppendInfo {
-                    first_offset: dup.first_offset(),
-                    last_offset: dup.last_offset,
-                    max_timestamp: dup.timestamp,
-                    log_append_time: -1,
-                    num_messages: 0,
-                    valid_bytes: 0,
-                    log_start_offset: self.log_start_offset,
-                });
-            }
-            Err(ProducerStateError::OutOfOrderSequence(m)) => {
-                return Err(StorageError::OutOfOrderSequence(m))
-            }
-            Err(ProducerStateError::InvalidProducerEpoch(m)) => {
-                return Err(StorageError::InvalidProducerEpoch(m))
-            }
-        }
+        // The offsets the batches will get, so transactions know where they start.
+        let mut next = self.log_end_offset;
+        let placed: Vec<PlacedBatch> = analyzed
+            .producer_batches
+            .iter()
+            .map(|b| {
+                let base = next;
+                next += b.offset_delta as i64 + 1;
+                PlacedBatch {
+                    batch: *b,
+                    base_offset: base,
+                    last_offset: next - 1,
+                }
+            })
+            .collect();
+        let producer_append =
+            match self.prepare_producer_append(&placed, origin, transaction_version)? {
+                Prepared::Append(a) => a,
+                Prepared::Duplicate(dup) => {
+                    // A retry of a batch already in the log: answer with where it went.
+                    return Ok(LogAppendInfo {
+                        first_offset: dup.first_offset(),
+                        last_offset: dup.last_offset,
+                        max_timestamp: dup.timestamp,
+                        log_append_time: -1,
+                        num_messages: 0,
+                        valid_bytes: 0,
+                        log_start_offset: self.log_start_offset,
+                    });
+                }
+            };
         let log_append = self.config.message_timestamp_type == TimestampType::LogAppendTime;
         let mut buf = records.to_vec();
         let first_offset = self.log_end_offset;
@@ -415,11 +432,8 @@ impl UnifiedLog {
         if self.leader_epoch_cache.assign(leader_epoch, first_offset) {
             self.leader_epoch_cache.flush()?;
         }
-        let mut batch_end = first_offset;
-        for b in &analyzed.producer_batches {
-            batch_end += b.offset_delta as i64 + 1;
-            self.producer_state.update(b, batch_end - 1);
-        }
+        let active = self.active().base_offset();
+        self.apply_producer_append(&producer_append, active, next, true)?;
         self.maybe_flush()?;
         Ok(LogAppendInfo {
             first_offset,
@@ -447,6 +461,24 @@ impl UnifiedLog {
         if a.batches == 0 {
             return Ok(self.empty_append_info());
         }
+        let mut placed = Vec::with_capacity(a.batches);
+        for (b, view) in a.producer_batches.iter().zip(BatchIter::new(records)) {
+            let view = view.map_err(batch_error)?;
+            placed.push(PlacedBatch {
+                batch: *b,
+                base_offset: view.base_offset(),
+                last_offset: view.last_offset(),
+            });
+        }
+        // Replication only logs fenced epochs; as Kafka, it still refuses a non-transactional
+        // batch inside an open transaction (the leader never wrote one).
+        let producer_append =
+            match self.prepare_producer_append(&placed, AppendOrigin::Replication, 0)? {
+                Prepared::Append(p) => p,
+                Prepared::Duplicate(_) => {
+                    unreachable!("replication is never checked for duplicates")
+                }
+            };
         self.maybe_roll(
             records.len(),
             a.max_timestamp,
@@ -454,26 +486,21 @@ impl UnifiedLog {
             a.first_offset,
             now_ms,
         )?;
-        // Replication never refuses on producer state; it only logs fenced epochs.
-        let _ = self
-            .producer_state
-            .validate(&a.producer_batches, AppendOrigin::Replication);
         self.active_mut().append(records)?;
         self.log_end_offset = a.last_offset + 1;
         self.publish_offsets();
         let mut iter = BatchIter::new(records);
         let mut epochs_changed = false;
-        for (b, view) in a.producer_batches.iter().zip(&mut iter) {
-            if let Ok(view) = view {
-                self.producer_state.update(b, view.last_offset());
-                epochs_changed |= self
-                    .leader_epoch_cache
-                    .assign(view.partition_leader_epoch(), view.base_offset());
-            }
+        for view in (&mut iter).flatten() {
+            epochs_changed |= self
+                .leader_epoch_cache
+                .assign(view.partition_leader_epoch(), view.base_offset());
         }
         if epochs_changed {
             self.leader_epoch_cache.flush()?;
         }
+        let active = self.active().base_offset();
+        self.apply_producer_append(&producer_append, active, self.log_end_offset, true)?;
         self.maybe_flush()?;
         Ok(LogAppendInfo {
             first_offset: a.first_offset,
@@ -575,6 +602,7 @@ impl UnifiedLog {
             max_bytes,
             max_offset,
             min_one_message,
+            false,
         )
     }
 
@@ -702,7 +730,9 @@ impl UnifiedLog {
         {
             self.leader_epoch_cache.flush()?;
         }
-        self.load_producer_state()
+        // Kafka's `truncateAndReload`: open and unreplicated transactions follow the cut log
+        // (the segments' `.txnindex` were cut with them).
+        self.load_producer_state(None)
     }
 
     /// Deletes every segment and restarts the log, empty, at `offset` (Kafka's
@@ -755,7 +785,7 @@ impl UnifiedLog {
         self.leader_epoch_cache.clear();
         self.leader_epoch_cache.flush()?;
         self.producer_state.delete_snapshots_before(i64::MAX)?;
-        self.load_producer_state()
+        self.load_producer_state(None)
     }
 
     /// Makes the epoch cache agree with the recovered log: entries past the log end go (a cut
@@ -799,33 +829,6 @@ impl UnifiedLog {
 
     pub fn leader_epoch_cache(&self) -> &LeaderEpochFileCache {
         &self.leader_epoch_cache
-    }
-
-    /// Rebuilds producer state: the newest snapshot at or below the log end, then the batch
-    /// headers after it (Kafka's `loadProducerState`). Only headers are read.
-    fn load_producer_state(&mut self) -> Result<(), StorageError> {
-        let now = crate::segment::now_ms();
-        let from = self
-            .producer_state
-            .load(self.log_start_offset, self.log_end_offset, now)?;
-        for seg in self.segments.values() {
-            if seg.next_offset() <= from {
-                continue;
-            }
-            let mut pos = match seg.translate_offset(from)? {
-                Some((pos, _)) => pos,
-                None => continue,
-            };
-            while pos < seg.size() {
-                let h = seg.read_header(pos)?;
-                if h.last_offset >= from {
-                    self.producer_state
-                        .update(&ProducerBatch::from_header(&h), h.last_offset);
-                }
-                pos += h.size as u64;
-            }
-        }
-        Ok(())
     }
 
     /// Drops the state of producers idle for `producer.id.expiration.ms`.
@@ -934,6 +937,8 @@ impl UnifiedLog {
 
 #[path = "log_retention.rs"]
 mod retention;
+#[path = "log_txn.rs"]
+mod txn;
 pub use retention::remove_deleted_files;
 
 #[cfg(test)]

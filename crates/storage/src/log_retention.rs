@@ -99,6 +99,8 @@ impl UnifiedLog {
         self.dir_dirty = true;
         self.recovery_point = self.recovery_point.max(self.log_start_offset);
         self.producer_state.delete_snapshots_before(first)?;
+        self.producer_state
+            .on_log_start_offset_incremented(self.log_start_offset);
         if self
             .leader_epoch_cache
             .truncate_from_start(self.log_start_offset)
@@ -123,6 +125,8 @@ impl UnifiedLog {
         }
         self.log_start_offset = new_start;
         self.publish_offsets();
+        self.producer_state
+            .on_log_start_offset_incremented(new_start);
         let hw = self.log_end_offset;
         self.delete_segments_while(hw, crate::segment::now_ms(), |_, next| {
             next.is_some_and(|n| n.base_offset() <= new_start)

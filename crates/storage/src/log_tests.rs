@@ -17,6 +17,9 @@ mod reader;
 #[path = "log_delete_tests.rs"]
 mod delete;
 
+#[path = "log_txn_tests.rs"]
+mod txn;
+
 fn batch_with(timestamps: &[i64], value_len: usize) -> Vec<u8> {
     encode(timestamps, value_len, Compression::None)
 }

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 
 use strom_protocol::batch::{first_sequence, last_sequence};
+use strom_protocol::memory_records::{EndTxnMarker, TxnResult};
 
 use crate::segment::BatchHeader;
 use crate::{AppendOrigin, StorageError};
@@ -95,12 +96,16 @@ impl ProducerStateEntry {
             .copied()
     }
 
-    fn add_batch(&mut self, epoch: i16, meta: BatchMetadata) {
+    fn maybe_update_producer_epoch(&mut self, epoch: i16) {
         if epoch != self.producer_epoch {
             // A new epoch starts a new sequence space: older batches can never match again.
             self.batches.clear();
             self.producer_epoch = epoch;
         }
+    }
+
+    fn add_batch(&mut self, epoch: i16, meta: BatchMetadata) {
+        self.maybe_update_producer_epoch(epoch);
         self.batches.push_back(meta);
         while self.batches.len() > NUM_BATCHES_TO_RETAIN {
             self.batches.pop_front();
@@ -116,6 +121,55 @@ pub enum ProducerStateError {
     OutOfOrderSequence(String),
     /// INVALID_PRODUCER_EPOCH (47).
     InvalidProducerEpoch(String),
+    /// INVALID_TXN_STATE (48): a non-transactional batch while the producer's transaction is
+    /// open.
+    InvalidTxnState(String),
+    /// TRANSACTION_COORDINATOR_FENCED (52): a marker from an older coordinator epoch.
+    TransactionCoordinatorFenced(String),
+}
+
+/// A transaction open in this partition (Kafka's `TxnMetadata`): its producer and its first
+/// offset; `last_offset` is the marker's offset once it completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnMetadata {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    pub last_offset: Option<i64>,
+}
+
+/// A transaction ended by a marker (Kafka's `CompletedTxn`); `last_offset` is the marker's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub is_aborted: bool,
+}
+
+/// A batch with the offsets it has (or will have) in the log.
+#[derive(Debug, Clone, Copy)]
+pub struct PlacedBatch {
+    pub batch: ProducerBatch,
+    pub base_offset: i64,
+    pub last_offset: i64,
+}
+
+/// What one append does to the producer state (Kafka's `ProducerAppendInfo`s of one append,
+/// with their started and completed transactions), computed before anything is written.
+#[derive(Debug, Default)]
+pub struct ProducerAppend {
+    updated: HashMap<i64, ProducerStateEntry>,
+    started: Vec<TxnMetadata>,
+    /// In log order.
+    pub completed: Vec<CompletedTxn>,
+}
+
+/// The outcome of checking a client append.
+#[derive(Debug)]
+pub enum Prepared {
+    /// The (single) batch repeats a retained one; nothing may be written.
+    Duplicate(BatchMetadata),
+    Append(ProducerAppend),
 }
 
 /// The sequence and epoch fields of one batch, as the state machine needs them.
@@ -127,6 +181,9 @@ pub struct ProducerBatch {
     pub offset_delta: i32,
     pub max_timestamp: i64,
     pub is_control: bool,
+    pub is_transactional: bool,
+    /// The end-transaction marker of a control batch (`None`: not a marker, or empty).
+    pub marker: Option<EndTxnMarker>,
 }
 
 impl ProducerBatch {
@@ -142,12 +199,101 @@ impl ProducerBatch {
             offset_delta: h.offset_delta(),
             max_timestamp: h.max_timestamp,
             is_control: h.is_control(),
+            is_transactional: h.is_transactional(),
+            marker: None,
         }
     }
 }
 
 fn in_sequence(last: i32, next: i32) -> bool {
     next as i64 == last as i64 + 1 || (next == 0 && last == i32::MAX)
+}
+
+/// Kafka's `checkProducerEpoch`: data batches and markers of transaction versions 0 and 1 may
+/// carry the producer's epoch; a marker of version 2 must carry a newer one, except a retry of
+/// the marker that already ended the transaction (same epoch, no transaction open: written
+/// again, as Kafka does). Replication only logs.
+fn check_producer_epoch(
+    entry: &ProducerStateEntry,
+    epoch: i16,
+    offset: i64,
+    origin: AppendOrigin,
+    transaction_version: i16,
+) -> Result<(), ProducerStateError> {
+    let current = entry.producer_epoch;
+    let invalid = if transaction_version >= 2 {
+        epoch <= current
+    } else {
+        epoch < current
+    };
+    if invalid {
+        if transaction_version >= 2 && epoch == current && entry.current_txn_first_offset.is_none()
+        {
+            tracing::info!(
+                producer_id = entry.producer_id,
+                epoch,
+                "transaction marker retry of a completed transaction"
+            );
+            return Ok(());
+        }
+        let comparison = if transaction_version >= 2 { "<=" } else { "<" };
+        let msg = format!(
+            "Epoch of producer {} at offset {offset} is {epoch}, which is {comparison} the last seen epoch {current} (TV{transaction_version})",
+            entry.producer_id
+        );
+        if origin == AppendOrigin::Replication {
+            tracing::warn!("{msg}");
+        } else {
+            return Err(ProducerStateError::InvalidProducerEpoch(msg));
+        }
+    }
+    Ok(())
+}
+
+/// Kafka's `appendEndTxnMarker`: checks the producer and coordinator epochs, then ends the
+/// producer's transaction (if it has one: a marker of an empty transaction completes nothing).
+fn append_end_txn_marker(
+    entry: &mut ProducerStateEntry,
+    b: &ProducerBatch,
+    marker: EndTxnMarker,
+    offset: i64,
+    origin: AppendOrigin,
+    transaction_version: i16,
+) -> Result<Option<CompletedTxn>, ProducerStateError> {
+    // Replication does not know the version (it is not in the batch): the lenient check.
+    let version = if origin == AppendOrigin::Replication {
+        0
+    } else {
+        transaction_version
+    };
+    check_producer_epoch(entry, b.producer_epoch, offset, origin, version)?;
+    if entry.coordinator_epoch > marker.coordinator_epoch {
+        if origin == AppendOrigin::Replication {
+            tracing::info!(
+                producer_id = entry.producer_id,
+                offset,
+                "marker coordinator epoch {} is older than the known {}",
+                marker.coordinator_epoch,
+                entry.coordinator_epoch
+            );
+        } else {
+            return Err(ProducerStateError::TransactionCoordinatorFenced(format!(
+                "Invalid coordinator epoch for producerId {} at offset {offset}: {} (zombie), {} (current)",
+                entry.producer_id, marker.coordinator_epoch, entry.coordinator_epoch
+            )));
+        }
+    }
+    let completed = entry.current_txn_first_offset.map(|first| CompletedTxn {
+        producer_id: entry.producer_id,
+        first_offset: first,
+        last_offset: offset,
+        is_aborted: marker.result == TxnResult::Abort,
+    });
+    entry.maybe_update_producer_epoch(b.producer_epoch);
+    entry.current_txn_first_offset = None;
+    entry.coordinator_epoch = marker.coordinator_epoch;
+    entry.last_timestamp = b.max_timestamp;
+    Ok(completed)
 }
 
 pub struct ProducerStateManager {
@@ -158,6 +304,11 @@ pub struct ProducerStateManager {
     /// The log offset up to which the state is built (exclusive).
     map_end_offset: i64,
     expiration_ms: i64,
+    /// Open transactions by first offset (Kafka's `ongoingTxns`).
+    ongoing_txns: BTreeMap<i64, TxnMetadata>,
+    /// Completed transactions whose marker the high watermark has not passed yet, by first
+    /// offset (Kafka's `unreplicatedTxns`): they still hold the LSO back.
+    unreplicated_txns: BTreeMap<i64, TxnMetadata>,
 }
 
 impl ProducerStateManager {
@@ -176,6 +327,8 @@ impl ProducerStateManager {
             snapshots,
             map_end_offset: 0,
             expiration_ms,
+            ongoing_txns: BTreeMap::new(),
+            unreplicated_txns: BTreeMap::new(),
         })
     }
 
@@ -205,6 +358,8 @@ impl ProducerStateManager {
         now_ms: i64,
     ) -> Result<i64, StorageError> {
         self.producers.clear();
+        self.ongoing_txns.clear();
+        self.unreplicated_txns.clear();
         let above: Vec<i64> = self
             .snapshots
             .range(log_end_offset + 1..)
@@ -221,6 +376,17 @@ impl ProducerStateManager {
                 Ok(entries) => {
                     for e in entries {
                         if !self.is_expired(now_ms, &e) {
+                            // Kafka's `loadProducerEntry`: an open transaction is ongoing again.
+                            if let Some(first) = e.current_txn_first_offset {
+                                self.ongoing_txns.insert(
+                                    first,
+                                    TxnMetadata {
+                                        producer_id: e.producer_id,
+                                        first_offset: first,
+                                        last_offset: None,
+                                    },
+                                );
+                            }
                             self.producers.insert(e.producer_id, e);
                         }
                     }
@@ -241,41 +407,65 @@ impl ProducerStateManager {
         e.current_txn_first_offset.is_none() && now_ms - e.last_timestamp >= self.expiration_ms
     }
 
-    /// Checks a client append batch by batch (Kafka's `analyzeAndValidateProducerState`).
-    /// `Ok(Some(meta))`: the (single) batch repeats a retained one; nothing may be written.
-    pub fn validate(
+    /// Checks an append batch by batch and computes what it changes (Kafka's
+    /// `analyzeAndValidateProducerState` with one `ProducerAppendInfo` per producer). Client
+    /// appends get every check; replication only logs fenced epochs (but, as Kafka, still refuses
+    /// a non-transactional batch inside an open transaction).
+    pub fn prepare(
         &self,
-        batches: &[ProducerBatch],
+        batches: &[PlacedBatch],
         origin: AppendOrigin,
-    ) -> Result<Option<BatchMetadata>, ProducerStateError> {
-        // Later batches of the same append are checked against the earlier ones.
-        let mut updated: HashMap<i64, (i16, i32)> = HashMap::new();
-        for b in batches.iter().filter(|b| b.producer_id >= 0) {
+    ) -> Result<Prepared, ProducerStateError> {
+        self.prepare_with_txn_version(batches, origin, 0)
+    }
+
+    /// [`Self::prepare`] with the transaction version of the markers being written
+    /// (WriteTxnMarkers v2): from 2 on, a marker's producer epoch must be above the producer's
+    /// (the coordinator bumped it), except a retry of the marker that ended the transaction.
+    pub fn prepare_with_txn_version(
+        &self,
+        batches: &[PlacedBatch],
+        origin: AppendOrigin,
+        transaction_version: i16,
+    ) -> Result<Prepared, ProducerStateError> {
+        let mut append = ProducerAppend::default();
+        for p in batches.iter().filter(|p| p.batch.producer_id >= 0) {
+            let b = &p.batch;
             let current = self.producers.get(&b.producer_id);
-            if origin == AppendOrigin::Client && updated.is_empty() {
+            if origin == AppendOrigin::Client && append.updated.is_empty() {
                 if let Some(dup) = current.and_then(|e| {
                     e.find_duplicate_batch(b.producer_epoch, b.first_seq, b.last_seq())
                 }) {
-                    return Ok(Some(dup));
+                    return Ok(Prepared::Duplicate(dup));
                 }
             }
-            let (cur_epoch, cur_last_seq) = updated
-                .get(&b.producer_id)
-                .copied()
-                .or_else(|| current.map(|e| (e.producer_epoch, e.last_seq())))
-                .unwrap_or((NO_PRODUCER_EPOCH, -1));
-            if b.producer_epoch < cur_epoch {
-                let msg = format!(
-                    "Epoch of producer {} is {}, which is smaller than the last seen epoch {}",
-                    b.producer_id, b.producer_epoch, cur_epoch
-                );
-                if origin == AppendOrigin::Replication {
-                    tracing::warn!("{msg}");
-                } else {
-                    return Err(ProducerStateError::InvalidProducerEpoch(msg));
+            let entry = append.updated.entry(b.producer_id).or_insert_with(|| {
+                current
+                    .cloned()
+                    .unwrap_or_else(|| ProducerStateEntry::empty(b.producer_id))
+            });
+            if b.is_control {
+                let Some(marker) = b.marker else {
+                    // An empty control batch (its transaction was cleaned away) or another
+                    // control type: nothing for the producer state.
+                    continue;
+                };
+                if let Some(done) = append_end_txn_marker(
+                    entry,
+                    b,
+                    marker,
+                    p.base_offset,
+                    origin,
+                    transaction_version,
+                )? {
+                    append.completed.push(done);
                 }
+                continue;
             }
-            if origin == AppendOrigin::Client && !b.is_control {
+            check_producer_epoch(entry, b.producer_epoch, p.base_offset, origin, 0)?;
+            if origin == AppendOrigin::Client {
+                let cur_epoch = entry.producer_epoch;
+                let cur_last_seq = entry.last_seq();
                 if b.producer_epoch != cur_epoch {
                     if b.first_seq != 0 && cur_epoch != NO_PRODUCER_EPOCH {
                         return Err(ProducerStateError::OutOfOrderSequence(format!(
@@ -293,30 +483,163 @@ impl ProducerStateManager {
                     )));
                 }
             }
-            updated.insert(b.producer_id, (b.producer_epoch, b.last_seq()));
+            entry.add_batch(
+                b.producer_epoch,
+                BatchMetadata {
+                    last_seq: b.last_seq(),
+                    last_offset: p.last_offset,
+                    offset_delta: (p.last_offset - p.base_offset) as i32,
+                    timestamp: b.max_timestamp,
+                },
+            );
+            match entry.current_txn_first_offset {
+                Some(_) if !b.is_transactional => {
+                    return Err(ProducerStateError::InvalidTxnState(format!(
+                        "Expected transactional write from producer {} at offset {}",
+                        b.producer_id, p.base_offset
+                    )));
+                }
+                None if b.is_transactional => {
+                    entry.current_txn_first_offset = Some(p.base_offset);
+                    append.started.push(TxnMetadata {
+                        producer_id: b.producer_id,
+                        first_offset: p.base_offset,
+                        last_offset: None,
+                    });
+                }
+                _ => {}
+            }
         }
-        Ok(None)
+        Ok(Prepared::Append(append))
     }
 
-    /// Records a batch now in the log at `last_offset` (leader, follower and replay on load).
-    pub fn update(&mut self, b: &ProducerBatch, last_offset: i64) {
-        self.map_end_offset = self.map_end_offset.max(last_offset + 1);
-        if b.producer_id < 0 || b.is_control {
-            return;
+    /// Checks a client append placed at the map end (tests): `Ok(Some(meta))` for a duplicate.
+    #[cfg(test)]
+    pub(crate) fn validate(
+        &self,
+        batches: &[ProducerBatch],
+        origin: AppendOrigin,
+    ) -> Result<Option<BatchMetadata>, ProducerStateError> {
+        let mut next = self.map_end_offset;
+        let placed: Vec<PlacedBatch> = batches
+            .iter()
+            .map(|b| {
+                let base = next;
+                next += b.offset_delta as i64 + 1;
+                PlacedBatch {
+                    batch: *b,
+                    base_offset: base,
+                    last_offset: next - 1,
+                }
+            })
+            .collect();
+        match self.prepare(&placed, origin)? {
+            Prepared::Duplicate(d) => Ok(Some(d)),
+            Prepared::Append(_) => Ok(None),
         }
-        let entry = self
-            .producers
-            .entry(b.producer_id)
-            .or_insert_with(|| ProducerStateEntry::empty(b.producer_id));
-        entry.add_batch(
-            b.producer_epoch,
-            BatchMetadata {
-                last_seq: b.last_seq(),
-                last_offset,
-                offset_delta: b.offset_delta,
-                timestamp: b.max_timestamp,
-            },
-        );
+    }
+
+    /// Makes a prepared append the state (Kafka's `update(appendInfo)` for each producer): the
+    /// producers' entries, and the transactions it started are ongoing. Its completed
+    /// transactions are then finished one by one with [`Self::last_stable_offset_of`] and
+    /// [`Self::complete_txn`], by the log, which indexes the aborted ones in between.
+    pub fn apply(&mut self, append: &ProducerAppend) {
+        for (id, e) in &append.updated {
+            self.producers.insert(*id, e.clone());
+        }
+        for t in &append.started {
+            self.ongoing_txns.insert(t.first_offset, *t);
+        }
+    }
+
+    /// Kafka's `updateMapEndOffset`: the state now covers the log below `offset`.
+    pub fn update_map_end_offset(&mut self, offset: i64) {
+        self.map_end_offset = offset;
+    }
+
+    /// Records a batch now in the log at `last_offset` as replication would (tests): completed
+    /// transactions finished at once, none indexed.
+    #[cfg(test)]
+    pub(crate) fn update(&mut self, b: &ProducerBatch, last_offset: i64) {
+        let placed = PlacedBatch {
+            batch: *b,
+            base_offset: last_offset - b.offset_delta as i64,
+            last_offset,
+        };
+        match self.prepare(&[placed], AppendOrigin::Replication) {
+            Ok(Prepared::Append(a)) => {
+                self.apply(&a);
+                for t in &a.completed {
+                    self.complete_txn(t);
+                }
+            }
+            Ok(Prepared::Duplicate(_)) => {}
+            Err(e) => tracing::warn!("producer state not updated: {e:?}"),
+        }
+        self.map_end_offset = self.map_end_offset.max(last_offset + 1);
+    }
+
+    /// Kafka's `lastStableOffset(completedTxn)`: the LSO right after this transaction's marker:
+    /// the first offset of the oldest transaction of another producer still open, else the
+    /// offset after the marker. Called before [`Self::complete_txn`].
+    pub fn last_stable_offset_of(&self, completed: &CompletedTxn) -> i64 {
+        self.ongoing_txns
+            .values()
+            .find(|t| t.producer_id != completed.producer_id)
+            .map_or(completed.last_offset + 1, |t| t.first_offset)
+    }
+
+    /// Kafka's `completeTxn`: the transaction stops being ongoing and waits, unreplicated, for
+    /// the high watermark to pass its marker.
+    pub fn complete_txn(&mut self, completed: &CompletedTxn) {
+        match self.ongoing_txns.remove(&completed.first_offset) {
+            Some(mut t) => {
+                t.last_offset = Some(completed.last_offset);
+                self.unreplicated_txns.insert(completed.first_offset, t);
+            }
+            None => tracing::warn!(
+                producer_id = completed.producer_id,
+                first_offset = completed.first_offset,
+                "completed a transaction that was not ongoing"
+            ),
+        }
+    }
+
+    /// Kafka's `onHighWatermarkUpdated`: completed transactions whose marker is below the HW
+    /// no longer hold the LSO back.
+    pub fn on_high_watermark_updated(&mut self, high_watermark: i64) {
+        self.remove_unreplicated_transactions(high_watermark);
+    }
+
+    /// Kafka's `onLogStartOffsetIncremented`.
+    pub fn on_log_start_offset_incremented(&mut self, log_start_offset: i64) {
+        self.remove_unreplicated_transactions(log_start_offset);
+        self.map_end_offset = self.map_end_offset.max(log_start_offset);
+    }
+
+    fn remove_unreplicated_transactions(&mut self, offset: i64) {
+        self.unreplicated_txns
+            .retain(|_, t| t.last_offset.is_none_or(|last| last >= offset));
+    }
+
+    /// Kafka's `firstUndecidedOffset`: the first offset of the oldest open transaction.
+    pub fn first_undecided_offset(&self) -> Option<i64> {
+        self.ongoing_txns.keys().next().copied()
+    }
+
+    /// Kafka's `firstUnstableOffset`: the oldest first offset of an open transaction or of a
+    /// completed one whose marker is not yet below the HW.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        let unreplicated = self.unreplicated_txns.keys().next().copied();
+        match (unreplicated, self.first_undecided_offset()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The open transactions, oldest first.
+    pub fn ongoing_transactions(&self) -> impl Iterator<Item = &TxnMetadata> {
+        self.ongoing_txns.values()
     }
 
     /// Writes `<map end offset>.snapshot` (atomically: temp file, fsync, rename).
@@ -387,21 +710,28 @@ pub fn write_snapshot(entries: &[&ProducerStateEntry]) -> Vec<u8> {
     let count: usize = entries.iter().map(|e| e.batches.len().max(1)).sum();
     body.extend_from_slice(&(count as i32).to_be_bytes());
     for e in entries {
-        let put = |body: &mut Vec<u8>, b: Option<&BatchMetadata>| {
+        // The newest entry carries the producer's last timestamp, as Kafka's only entry does
+        // (a marker after the last batch moves it).
+        let newest = e.batches.len().saturating_sub(1);
+        let put = |body: &mut Vec<u8>, b: Option<&BatchMetadata>, i: usize| {
+            let timestamp = match b {
+                Some(b) if i != newest => b.timestamp,
+                _ => e.last_timestamp,
+            };
             body.extend_from_slice(&e.producer_id.to_be_bytes());
             body.extend_from_slice(&e.producer_epoch.to_be_bytes());
             body.extend_from_slice(&b.map_or(-1, |b| b.last_seq).to_be_bytes());
             body.extend_from_slice(&b.map_or(-1, |b| b.last_offset).to_be_bytes());
             body.extend_from_slice(&b.map_or(0, |b| b.offset_delta).to_be_bytes());
-            body.extend_from_slice(&b.map_or(e.last_timestamp, |b| b.timestamp).to_be_bytes());
+            body.extend_from_slice(&timestamp.to_be_bytes());
             body.extend_from_slice(&e.coordinator_epoch.to_be_bytes());
             body.extend_from_slice(&e.current_txn_first_offset.unwrap_or(-1).to_be_bytes());
         };
         if e.batches.is_empty() {
-            put(&mut body, None);
+            put(&mut body, None, 0);
         }
-        for b in &e.batches {
-            put(&mut body, Some(b));
+        for (i, b) in e.batches.iter().enumerate() {
+            put(&mut body, Some(b), i);
         }
     }
     let mut out = Vec::with_capacity(6 + body.len());
@@ -466,202 +796,5 @@ pub fn read_snapshot(bytes: &[u8]) -> Result<Vec<ProducerStateEntry>, StorageErr
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn batch(pid: i64, epoch: i16, first_seq: i32, n: i32) -> ProducerBatch {
-        ProducerBatch {
-            producer_id: pid,
-            producer_epoch: epoch,
-            first_seq,
-            offset_delta: n - 1,
-            max_timestamp: 1_000,
-            is_control: false,
-        }
-    }
-
-    fn psm() -> (tempfile::TempDir, ProducerStateManager) {
-        let dir = tempfile::tempdir().unwrap();
-        let m = ProducerStateManager::new(dir.path(), 86_400_000).unwrap();
-        (dir, m)
-    }
-
-    #[test]
-    fn sequences_duplicates_and_gaps() {
-        let (_d, mut m) = psm();
-        let c = AppendOrigin::Client;
-        // A new producer at sequence 0.
-        assert_eq!(m.validate(&[batch(7, 0, 0, 2)], c), Ok(None));
-        m.update(&batch(7, 0, 0, 2), 1);
-        // In sequence.
-        assert_eq!(m.validate(&[batch(7, 0, 2, 3)], c), Ok(None));
-        m.update(&batch(7, 0, 2, 3), 4);
-        // A retry of either retained batch is a duplicate with its original offsets.
-        let dup = m.validate(&[batch(7, 0, 0, 2)], c).unwrap().unwrap();
-        assert_eq!((dup.first_offset(), dup.last_offset), (0, 1));
-        let dup = m.validate(&[batch(7, 0, 2, 3)], c).unwrap().unwrap();
-        assert_eq!((dup.first_offset(), dup.last_offset), (2, 4));
-        // A gap, and a partial overlap, are out of order.
-        assert!(matches!(
-            m.validate(&[batch(7, 0, 6, 1)], c),
-            Err(ProducerStateError::OutOfOrderSequence(_))
-        ));
-        assert!(matches!(
-            m.validate(&[batch(7, 0, 1, 1)], c),
-            Err(ProducerStateError::OutOfOrderSequence(_))
-        ));
-        // An older epoch is fenced; a newer one must start at 0.
-        assert!(matches!(
-            m.validate(&[batch(7, 1, 3, 1)], c),
-            Err(ProducerStateError::OutOfOrderSequence(_))
-        ));
-        assert_eq!(m.validate(&[batch(7, 1, 0, 1)], c), Ok(None));
-        m.update(&batch(7, 1, 0, 1), 5);
-        assert!(matches!(
-            m.validate(&[batch(7, 0, 5, 1)], c),
-            Err(ProducerStateError::InvalidProducerEpoch(_))
-        ));
-        // Replication never refuses.
-        assert_eq!(
-            m.validate(&[batch(7, 1, 9, 1)], AppendOrigin::Replication),
-            Ok(None)
-        );
-        // Idempotence off passes unchecked.
-        assert_eq!(m.validate(&[batch(-1, -1, -1, 3)], c), Ok(None));
-    }
-
-    #[test]
-    fn only_the_last_five_batches_are_duplicates() {
-        let (_d, mut m) = psm();
-        for i in 0..7 {
-            m.update(&batch(1, 0, i, 1), i as i64);
-        }
-        let e = &m.producers()[&1];
-        assert_eq!(e.batches.len(), NUM_BATCHES_TO_RETAIN);
-        assert!(m
-            .validate(&[batch(1, 0, 1, 1)], AppendOrigin::Client)
-            .is_err());
-        assert!(m
-            .validate(&[batch(1, 0, 2, 1)], AppendOrigin::Client)
-            .unwrap()
-            .is_some());
-        assert_eq!(
-            m.validate(&[batch(1, 0, 7, 1)], AppendOrigin::Client),
-            Ok(None)
-        );
-    }
-
-    #[test]
-    fn sequence_wraps_at_int_max() {
-        let (_d, mut m) = psm();
-        m.update(&batch(1, 0, i32::MAX - 1, 2), 1);
-        assert_eq!(m.producers()[&1].last_seq(), i32::MAX);
-        assert_eq!(
-            m.validate(&[batch(1, 0, 0, 1)], AppendOrigin::Client),
-            Ok(None)
-        );
-        m.update(&batch(1, 0, i32::MAX, 2), 3);
-        assert_eq!(m.producers()[&1].last_seq(), 0);
-    }
-
-    #[test]
-    fn unknown_producer_accepted_at_any_sequence() {
-        let (_d, m) = psm();
-        assert_eq!(
-            m.validate(&[batch(9, 3, 42, 1)], AppendOrigin::Client),
-            Ok(None)
-        );
-    }
-
-    #[test]
-    fn several_batches_in_one_append_are_chained() {
-        let (_d, m) = psm();
-        let c = AppendOrigin::Client;
-        assert_eq!(
-            m.validate(&[batch(1, 0, 0, 2), batch(1, 0, 2, 1)], c),
-            Ok(None)
-        );
-        assert!(m
-            .validate(&[batch(1, 0, 0, 2), batch(1, 0, 3, 1)], c)
-            .is_err());
-    }
-
-    #[test]
-    fn snapshot_round_trip_keeps_all_five_batches() {
-        let (dir, mut m) = psm();
-        for i in 0..6 {
-            m.update(&batch(1, 2, i * 2, 2), i as i64 * 2 + 1);
-        }
-        m.update(&batch(2, 0, 0, 1), 20);
-        m.take_snapshot().unwrap();
-        assert!(dir.path().join(snapshot_file_name(21)).exists());
-        let mut m2 = ProducerStateManager::new(dir.path(), 86_400_000).unwrap();
-        assert_eq!(m2.load(0, 21, 1_000).unwrap(), 21);
-        assert_eq!(m2.producers(), m.producers());
-        assert_eq!(m2.producers()[&1].batches.len(), 5);
-        // A snapshot above the log end (a cut tail) is dropped; expired producers are not loaded.
-        let mut m3 = ProducerStateManager::new(dir.path(), 10).unwrap();
-        assert_eq!(m3.load(0, 20, 1_000_000).unwrap(), 0);
-        assert!(m3.producers().is_empty());
-        assert!(!dir.path().join(snapshot_file_name(21)).exists());
-    }
-
-    #[test]
-    fn corrupt_snapshot_is_skipped() {
-        let (dir, mut m) = psm();
-        m.update(&batch(1, 0, 0, 1), 0);
-        m.take_snapshot().unwrap();
-        let p = dir.path().join(snapshot_file_name(1));
-        let mut b = std::fs::read(&p).unwrap();
-        let n = b.len();
-        b[n - 1] ^= 1;
-        std::fs::write(&p, b).unwrap();
-        let mut m2 = ProducerStateManager::new(dir.path(), 86_400_000).unwrap();
-        assert_eq!(m2.load(0, 1, 1_000).unwrap(), 0);
-        assert!(m2.producers().is_empty());
-        assert!(read_snapshot(&[0, 1, 2]).is_err());
-    }
-
-    #[test]
-    fn snapshot_layout_matches_kafka() {
-        let mut e = ProducerStateEntry::empty(14011);
-        e.add_batch(
-            0,
-            BatchMetadata {
-                last_seq: 24,
-                last_offset: 74,
-                offset_delta: 0,
-                timestamp: 1_700_000_000_000,
-            },
-        );
-        let bytes = write_snapshot(&[&e]);
-        assert_eq!(bytes.len(), 2 + 4 + 4 + ENTRY_SIZE);
-        assert_eq!(&bytes[0..2], &[0, 1]);
-        assert_eq!(&bytes[6..10], &1i32.to_be_bytes());
-        assert_eq!(&bytes[10..18], &14011i64.to_be_bytes());
-        assert_eq!(&bytes[20..24], &24i32.to_be_bytes());
-        assert_eq!(&bytes[24..32], &74i64.to_be_bytes());
-        assert_eq!(&bytes[44..48], &(-1i32).to_be_bytes());
-        assert_eq!(&bytes[48..56], &(-1i64).to_be_bytes());
-    }
-
-    #[test]
-    fn expiration() {
-        let (_d, mut m) = psm();
-        m.set_expiration_ms(100);
-        // The batch's max timestamp (1000) starts the clock; Kafka expires at now - last >= limit.
-        m.update(&batch(1, 0, 0, 1), 0);
-        m.update(&batch(2, 0, 0, 1), 1);
-        assert_eq!(
-            m.remove_expired_producers(1_099),
-            0,
-            "1 ms before the limit"
-        );
-        let mut later = batch(2, 0, 1, 1);
-        later.max_timestamp = 1_050;
-        m.update(&later, 2);
-        assert_eq!(m.remove_expired_producers(1_100), 1, "exactly at the limit");
-        assert_eq!(m.remove_expired_producers(1_149), 0);
-        assert_eq!(m.remove_expired_producers(1_150), 1);
-    }
-}
+#[path = "producer_state_tests.rs"]
+mod tests;

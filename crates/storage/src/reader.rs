@@ -23,6 +23,7 @@ use parking_lot::RwLock;
 use strom_protocol::batch::HEADER_SIZE;
 
 use crate::segment::{BatchHeader, SegmentData};
+use crate::txn_index::AbortedTxn;
 use crate::{FetchDataInfo, StorageError};
 
 /// How often a read retries after racing a truncation or a segment deletion before giving up
@@ -121,6 +122,20 @@ impl LogReader {
         max_offset: i64,
         min_one_message: bool,
     ) -> Result<FetchDataInfo, StorageError> {
+        self.read_isolated(fetch_offset, max_bytes, max_offset, min_one_message, false)
+    }
+
+    /// [`Self::read`], and with `include_aborted` (read_committed, `max_offset` the LSO) also
+    /// the aborted transactions overlapping what was read (Kafka's `LocalLog.read` with
+    /// `includeAbortedTxns`).
+    pub fn read_isolated(
+        &self,
+        fetch_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_message: bool,
+        include_aborted: bool,
+    ) -> Result<FetchDataInfo, StorageError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -141,6 +156,7 @@ impl LogReader {
                 max_bytes,
                 max_offset,
                 min_one_message,
+                include_aborted,
             );
             fence(Ordering::Acquire);
             if self.shared.generation.load(Ordering::Acquire) != generation {
@@ -161,6 +177,7 @@ impl LogReader {
 }
 
 /// The read itself over one consistent view (a snapshot and the offsets published with it).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn read_segments(
     segments: &[Arc<SegmentData>],
     log_start: i64,
@@ -169,6 +186,7 @@ pub(crate) fn read_segments(
     max_bytes: usize,
     max_offset: i64,
     min_one_message: bool,
+    include_aborted: bool,
 ) -> Result<FetchDataInfo, StorageError> {
     if start_offset < log_start || start_offset > log_end {
         return Err(StorageError::OffsetOutOfRange {
@@ -184,23 +202,37 @@ pub(crate) fn read_segments(
     let first = segments
         .partition_point(|s| s.base_offset() <= start_offset)
         .saturating_sub(1);
+    if start_offset >= max_offset {
+        // Nothing readable yet (at the HW or LSO): no records, no aborted transactions.
+        return Ok(FetchDataInfo {
+            records: Bytes::new(),
+            log_start_offset: log_start,
+            log_end_offset: log_end,
+            aborted_transactions: include_aborted.then(Vec::new),
+        });
+    }
+    // Where the read ended: the last segment read (index), the position it was read from and
+    // the bytes taken from it (Kafka's fetch upper bound for the aborted transactions).
+    let mut extent = (first, 0u64, 0usize);
     let mut from = start_offset;
-    for seg in &segments[first..] {
+    for (i, seg) in segments[first..].iter().enumerate() {
         if from >= log_end {
             break;
         }
         let size = seg.size();
         let next_offset = seg.next_offset();
-        let Some((pos, first)) = seg.translate_offset(from, size)? else {
+        let Some((pos, first_batch)) = seg.translate_offset(from, size)? else {
             continue;
         };
-        if first.base_offset >= max_offset {
+        if first_batch.base_offset >= max_offset {
             break;
         }
+        extent = (first + i, pos, 0);
         let remaining = max_bytes - out.len();
-        if first.size > remaining {
+        if first_batch.size > remaining {
             if out.is_empty() && min_one_message {
-                out = seg.read_at(pos, first.size, size)?;
+                out = seg.read_at(pos, first_batch.size, size)?;
+                extent.2 = out.len();
             }
             break;
         }
@@ -228,6 +260,7 @@ pub(crate) fn read_segments(
             taken += h.size;
         }
         let finished_segment = taken == available && end == size;
+        extent.2 = taken;
         chunk.truncate(taken);
         if out.is_empty() {
             out = chunk;
@@ -239,9 +272,41 @@ pub(crate) fn read_segments(
         }
         from = next_offset;
     }
+    let aborted_transactions = if include_aborted {
+        let (last, pos, bytes) = extent;
+        let upper = segments[last]
+            .offset_index()
+            .fetch_upper_bound_offset(pos + bytes as u64)
+            .or_else(|| segments.get(last + 1).map(|s| s.base_offset()))
+            .unwrap_or(log_end);
+        Some(collect_aborted(&segments[first..], start_offset, upper))
+    } else {
+        None
+    };
     Ok(FetchDataInfo {
         records: Bytes::from(out),
         log_start_offset: log_start,
         log_end_offset: log_end,
+        aborted_transactions,
     })
+}
+
+/// Kafka's `collectAbortedTransactions`: walks the segments' transaction indexes from the one
+/// holding `start_offset` until one shows no later segment can add an overlapping transaction.
+pub(crate) fn collect_aborted(
+    segments: &[Arc<SegmentData>],
+    start_offset: i64,
+    upper_bound: i64,
+) -> Vec<AbortedTxn> {
+    let mut out = Vec::new();
+    for seg in segments {
+        let r = seg
+            .txn_index()
+            .collect_aborted_txns(start_offset, upper_bound);
+        out.extend(r.aborted);
+        if r.is_complete {
+            break;
+        }
+    }
+    out
 }

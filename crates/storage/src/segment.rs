@@ -13,6 +13,8 @@ use strom_protocol::records::RecordBatchDecoder;
 use crate::config::LogConfig;
 use crate::file_cache::{FileCache, FileSlot};
 use crate::index::{OffsetIndex, TimeIndex, TimestampOffset};
+use crate::producer_state::CompletedTxn;
+use crate::txn_index::{txn_index_file_name, AbortedTxn, TransactionIndex};
 use crate::{StorageError, TimestampAndOffset};
 
 /// Recovery reads the log in chunks of this size (or one batch, if larger).
@@ -101,6 +103,10 @@ impl BatchHeader {
         self.attributes & 0x20 != 0
     }
 
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & 0x10 != 0
+    }
+
     fn leader_epoch(&self) -> Option<i32> {
         (self.partition_leader_epoch >= 0).then_some(self.partition_leader_epoch)
     }
@@ -120,6 +126,8 @@ pub(crate) struct SegmentData {
     size: AtomicU64,
     next_offset: AtomicI64,
     offset_index: OffsetIndex,
+    /// Aborted transactions whose marker is in this segment (read_committed fetches).
+    txn_index: TransactionIndex,
     /// Set when the segment leaves the log (retention, truncation, deletion); a reader whose
     /// read of it fails retries with a fresh snapshot.
     removed: AtomicBool,
@@ -146,6 +154,12 @@ impl SegmentData {
     }
     pub(crate) fn mark_removed(&self) {
         self.removed.store(true, Ordering::Release)
+    }
+    pub(crate) fn txn_index(&self) -> &TransactionIndex {
+        &self.txn_index
+    }
+    pub(crate) fn offset_index(&self) -> &OffsetIndex {
+        &self.offset_index
     }
 
     /// The header of the batch at `pos`, which must lie wholly below `size`.
@@ -245,23 +259,29 @@ impl LogSegment {
             base_offset,
             config.max_time_index_entries(),
         )?;
+        // Created on the first abort; a stale file of an earlier segment at this base goes.
+        let txn_index = TransactionIndex::empty(dir.join(txn_index_file_name(base_offset)));
+        txn_index.delete_file()?;
         Ok(Self::assemble(
             log,
             base_offset,
             0,
             offset_index,
             time_index,
+            txn_index,
             config,
             now,
         ))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn assemble(
         log: FileSlot,
         base_offset: i64,
         size: u64,
         offset_index: OffsetIndex,
         time_index: TimeIndex,
+        txn_index: TransactionIndex,
         config: &LogConfig,
         now: i64,
     ) -> Self {
@@ -272,6 +292,7 @@ impl LogSegment {
                 size: AtomicU64::new(size),
                 next_offset: AtomicI64::new(base_offset),
                 offset_index,
+                txn_index,
                 removed: AtomicBool::new(false),
             }),
             time_index,
@@ -321,16 +342,29 @@ impl LogSegment {
             Some(i) => i,
             None => TimeIndex::create(cache, &ti_path, base_offset, max_ti)?,
         };
+        let txn_path = dir.join(txn_index_file_name(base_offset));
+        let loaded = TransactionIndex::load(txn_path.clone())?;
+        let txn_ok = loaded.is_some();
+        let txn_index = match loaded {
+            Some(i) => i,
+            None => {
+                // Rebuilt by recovery with the producer state.
+                let i = TransactionIndex::empty(txn_path);
+                i.delete_file()?;
+                i
+            }
+        };
         let mut seg = Self::assemble(
             log,
             base_offset,
             size,
             offset_index,
             time_index,
+            txn_index,
             config,
             now_ms(),
         );
-        if !offset_ok || !time_ok {
+        if !offset_ok || !time_ok || !txn_ok {
             return Ok((seg, true));
         }
         if let Some(next) = next_base {
@@ -417,6 +451,9 @@ impl LogSegment {
     pub fn recover(&mut self) -> Result<u64, StorageError> {
         self.data.offset_index.reset()?;
         self.time_index.reset()?;
+        // Refilled by the log's producer-state replay over this segment (Kafka recovers the
+        // segment with the producer state manager; Strom replays the headers right after).
+        self.data.txn_index.reset()?;
         self.bytes_since_last_index_entry = 0;
         self.max_timestamp = TimestampOffset {
             timestamp: -1,
@@ -677,6 +714,7 @@ impl LogSegment {
         }
         self.data.offset_index.truncate_to(offset)?;
         self.time_index.truncate_to(offset)?;
+        self.data.txn_index.truncate_to(offset)?;
         if let Some((pos, _)) = mapping {
             self.data.log.set_len(pos)?;
         }
@@ -703,6 +741,7 @@ impl LogSegment {
     pub fn flush(&self) -> io::Result<()> {
         self.data.log.sync()?;
         self.data.offset_index.flush()?;
+        self.data.txn_index.flush()?;
         self.time_index.flush()
     }
 
@@ -741,7 +780,7 @@ impl LogSegment {
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
+        self.data.txn_index.delete_file()
     }
 
     /// Kafka's asynchronous delete, first step: renames the three files with the `.deleted`
@@ -760,7 +799,35 @@ impl LogSegment {
             }
             slot.close();
         }
+        let mut to = self.data.txn_index.path().into_os_string();
+        to.push(crate::DELETED_FILE_SUFFIX);
+        let to = PathBuf::from(to);
+        if self.data.txn_index.rename_to(to.clone())? {
+            renamed.push(to);
+        }
         Ok(renamed)
+    }
+
+    /// Kafka's `updateTxnIndex`: an aborted transaction whose marker is in this segment is
+    /// indexed with the LSO right after its marker.
+    pub fn update_txn_index(
+        &self,
+        completed: &CompletedTxn,
+        last_stable_offset: i64,
+    ) -> Result<(), StorageError> {
+        if completed.is_aborted {
+            self.data.txn_index.append(AbortedTxn {
+                producer_id: completed.producer_id,
+                first_offset: completed.first_offset,
+                last_offset: completed.last_offset,
+                last_stable_offset,
+            })?;
+        }
+        Ok(())
+    }
+
+    pub fn txn_index(&self) -> &TransactionIndex {
+        &self.data.txn_index
     }
 
     pub fn update_config(&mut self, config: &LogConfig) {

@@ -3,7 +3,8 @@
 //! goes to the partition leaders, and the cluster survives a SIGKILL of the active controller
 //! (a new one is elected, the killed node catches up when it restarts); with replication factor
 //! 3 and min.insync.replicas 2, a SIGKILL of the partition leader under an acks=all producer
-//! loses no acknowledged record, and the replicas agree byte for byte afterwards.
+//! loses no acknowledged record, and the replicas agree byte for byte afterwards. A restarted
+//! node answers for its partitions only once it has caught up with the metadata.
 
 mod common;
 
@@ -411,4 +412,94 @@ fn sigterm_moves_leadership_before_the_leader_exits() {
     eventually("the restarted broker back in the ISR", || {
         (isr(&c, new_leader, "cs") == vec![1, 2, 3]).then_some(())
     });
+}
+
+/// The earliest and latest offsets of `partitions` of `topic`, each with its error code, from a
+/// raw ListOffsets v7 on a fresh connection to `node` (the answer waits until the node serves).
+fn raw_list_offsets(c: &Cluster, node: i32, topic: &str, partitions: &[i32]) -> Vec<(i16, i64)> {
+    use strom_protocol::kafka::messages::list_offsets_request::{
+        ListOffsetsPartition, ListOffsetsTopic,
+    };
+    use strom_protocol::kafka::messages::{
+        ApiKey, BrokerId, ListOffsetsRequest, ListOffsetsResponse, TopicName,
+    };
+    use strom_protocol::kafka::protocol::StrBytes;
+    const LATEST: i64 = -1;
+    const EARLIEST: i64 = -2;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port_of(c, node))).unwrap();
+    [EARLIEST, LATEST]
+        .into_iter()
+        .flat_map(|timestamp| {
+            let req = ListOffsetsRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_topics(vec![ListOffsetsTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                    .with_partitions(
+                        partitions
+                            .iter()
+                            .map(|&p| {
+                                ListOffsetsPartition::default()
+                                    .with_partition_index(p)
+                                    .with_current_leader_epoch(-1)
+                                    .with_timestamp(timestamp)
+                            })
+                            .collect(),
+                    )]);
+            let resp: ListOffsetsResponse = common::raw_call(&mut s, ApiKey::ListOffsets, 7, &req);
+            resp.topics[0]
+                .partitions
+                .iter()
+                .map(|p| (p.error_code, p.offset))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// A restarted node takes client requests only once the active controller says it has caught
+/// up with the metadata (its held metadata loader is released). Before, the image it replayed
+/// from its own log still showed it unfenced and leading its partitions while none was hosted
+/// yet: ListOffsets answered UNKNOWN_TOPIC_OR_PARTITION, and librdkafka then reset a consumer
+/// of those partitions to their end. A topic created while the node is down puts its log
+/// behind, and the long heartbeat interval keeps it held for a while (the release waits for a
+/// heartbeat answer); the request is sent as soon as the node listens.
+#[test]
+fn a_restarted_node_answers_for_its_partitions_only_once_caught_up() {
+    let mut c = Cluster::start_with(
+        3,
+        &[
+            "broker.heartbeat.interval.ms=3000",
+            // The killed node stays unfenced, so it keeps leading its partitions.
+            "broker.session.timeout.ms=60000",
+        ],
+    );
+    wait_all_registered(&c, 3);
+    create_topic(&c, &[1], "own", 3, 1).unwrap();
+    let leaders = eventually("the topic with its leaders", || {
+        let l = metadata(&c, 1, "own").2;
+        (l.len() == 3 && l.values().all(|&b| b > 0)).then_some(l)
+    });
+    produce(&c, "own", 300);
+    let node = leaders[&0];
+    let mine: Vec<i32> = leaders
+        .iter()
+        .filter(|&(_, &b)| b == node)
+        .map(|(&p, _)| p)
+        .collect();
+    let before = raw_list_offsets(&c, node, "own", &mine);
+    assert!(
+        before.iter().all(|&(code, _)| code == 0),
+        "before the kill: {before:?}"
+    );
+
+    c.kill(node);
+    let others: Vec<i32> = (1..=3).filter(|&n| n != node).collect();
+    eventually("a topic created while the node is down", || {
+        create_topic(&c, &others, "while-down", 1, 1).ok()
+    });
+    c.restart(node);
+    assert_eq!(
+        raw_list_offsets(&c, node, "own", &mine),
+        before,
+        "the restarted node's first answer for its partitions"
+    );
 }

@@ -173,6 +173,10 @@ public class TxnWorker {
 
     public static void main(String[] args) throws Exception {
         cfg = parse(args[0]);
+        // Answers only on stdout: the client's own logging (log4j's default console appender
+        // writes to System.out) goes to stderr, the harness's log file.
+        java.io.PrintStream answers = System.out;
+        System.setOut(System.err);
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
         String line;
         while ((line = in.readLine()) != null) {
@@ -184,8 +188,8 @@ public class TxnWorker {
             } catch (Throwable e) {
                 ans = errAnswer(e);
             }
-            System.out.println(ans);
-            System.out.flush();
+            answers.println(ans);
+            answers.flush();
             if ("close".equals(c.get("op"))) break;
         }
     }

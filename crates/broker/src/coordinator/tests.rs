@@ -11,7 +11,12 @@ use strom_controller::{
     BrokerInfo, CreateTopicSpec, MetadataDelta, MetadataImage, PartitionRegistration,
     TopicImage as ControllerTopic,
 };
-use strom_coordinator_common::runtime::{CoordinatorLoader, PartitionWriter, RawRecord};
+use strom_coordinator_common::runtime::{
+    CoordinatorLoader, LoadedRecord, PartitionWriter, RawRecord, TxnProducer, TxnResult,
+};
+use strom_protocol::kafka::messages::{
+    GroupId, OffsetFetchRequest, ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
+};
 use strom_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -52,6 +57,13 @@ fn plain(name: &str) -> CreateTopicSpec {
         num_partitions: 1,
         replication_factor: 1,
         ..Default::default()
+    }
+}
+
+fn plain_partitions(name: &str, partitions: i32) -> CreateTopicSpec {
+    CreateTopicSpec {
+        num_partitions: partitions,
+        ..plain(name)
     }
 }
 
@@ -380,4 +392,222 @@ fn described_defaults_are_the_coordinators_defaults() {
         GroupCoordinatorConfig::from_props(&props),
         GroupCoordinatorConfig::default()
     );
+}
+
+fn producer(id: i64) -> TxnProducer {
+    TxnProducer {
+        producer_id: id,
+        producer_epoch: 1,
+    }
+}
+
+/// A TxnOffsetCommit's batch is one transactional batch of the producer (base sequence 0, as
+/// Kafka's runtime builds it); the marker is a control batch with the coordinator epoch; the
+/// loader gives back each record with its producer and the marker in its place.
+#[tokio::test]
+async fn transactional_batches_and_markers_load_back_with_their_producer() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = broker(&dir).await;
+    create(&server, plain("t")).await;
+    let b = server.broker();
+    let io = CoordinatorPartitions::new(b.replica_manager.clone());
+    let tp = ("t".to_string(), 0);
+    let epoch = b.replica_manager.get("t", 0).unwrap().leader_epoch();
+
+    let txn = [rec("a", Some("1")), rec("b", Some("2"))];
+    let r = io
+        .append_transactional(&tp, epoch, producer(5), &txn)
+        .unwrap();
+    assert_eq!((r.base_offset, r.last_offset), (0, 1));
+    io.append(&tp, epoch, &[rec("c", Some("3"))]).unwrap();
+    let r = io
+        .append_end_txn_marker(&tp, epoch, producer(5), 9, TxnResult::Commit)
+        .unwrap();
+    assert_eq!((r.base_offset, r.last_offset, r.high_watermark), (3, 3, 4));
+    // A marker of a leader that lost its epoch is refused.
+    let fenced = io.append_end_txn_marker(&tp, epoch - 1, producer(5), 9, TxnResult::Abort);
+    assert_eq!(fenced.unwrap_err().code, ErrorCode::FencedLeaderEpoch);
+
+    let p = b.replica_manager.get("t", 0).unwrap();
+    let batches = p.with_log(|log| {
+        let data = log.read(0, 1 << 20, log.log_end_offset(), false).unwrap();
+        strom_protocol::batch::BatchIter::new(&data.records)
+            .map(|b| {
+                let b = b.unwrap();
+                (
+                    b.base_offset(),
+                    b.records_count(),
+                    b.producer_id(),
+                    b.producer_epoch(),
+                    b.base_sequence(),
+                    b.is_transactional(),
+                    b.is_control(),
+                )
+            })
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(
+        batches,
+        vec![
+            (0, 2, 5, 1, 0, true, false),
+            (2, 1, -1, -1, -1, false, false),
+            (3, 1, 5, 1, -1, true, true),
+        ]
+    );
+
+    let mut seen = Vec::new();
+    let end = io.load_records(&tp, epoch, &mut |r| seen.push(r)).unwrap();
+    assert_eq!(end.last_offset, 3);
+    let record = |offset, key: &str, value: &str, producer| LoadedRecord::Record {
+        offset,
+        producer,
+        key: Bytes::from(key.to_string()),
+        value: Some(Bytes::from(value.to_string())),
+    };
+    assert_eq!(
+        seen,
+        vec![
+            record(0, "a", "1", Some(producer(5))),
+            record(1, "b", "2", Some(producer(5))),
+            record(2, "c", "3", None),
+            LoadedRecord::EndTxnMarker {
+                offset: 3,
+                producer: producer(5),
+                marker: strom_protocol::memory_records::EndTxnMarker {
+                    result: TxnResult::Commit,
+                    coordinator_epoch: 9,
+                },
+            },
+        ]
+    );
+    // The plain load has the records only.
+    let (plain_seen, _) = load(&io, "t", epoch).unwrap();
+    assert_eq!(
+        plain_seen.iter().map(|(o, _, _)| *o).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    server.broker().metadata_loader.shutdown().await;
+}
+
+fn txn_commit_req(group: &str, pid: i64, partition: i32, offset: i64) -> TxnOffsetCommitRequest {
+    use strom_protocol::kafka::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    use strom_protocol::kafka::protocol::StrBytes;
+    TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(StrBytes::from_static_str("tx")))
+        .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(1)
+        .with_generation_id(-1)
+        .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("t")))
+            .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
+                .with_partition_index(partition)
+                .with_committed_offset(offset)
+                .with_committed_leader_epoch(-1)])])
+}
+
+/// (offset, error) of partitions 0 and 1 of `t` for `group`.
+async fn fetch_t(
+    gc: &strom_group_coordinator::GroupCoordinatorService,
+    group: &str,
+    require_stable: bool,
+) -> Vec<(i64, i16)> {
+    use strom_protocol::kafka::messages::offset_fetch_request::{
+        OffsetFetchRequestGroup, OffsetFetchRequestTopics,
+    };
+    use strom_protocol::kafka::protocol::StrBytes;
+    let ctx = strom_group_coordinator::GroupRequestContext {
+        api_version: 9,
+        ..Default::default()
+    };
+    let req = OffsetFetchRequest::default()
+        .with_require_stable(require_stable)
+        .with_groups(vec![OffsetFetchRequestGroup::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_member_epoch(-1)
+            .with_topics(Some(vec![OffsetFetchRequestTopics::default()
+                .with_name(TopicName(StrBytes::from_static_str("t")))
+                .with_partition_indexes(vec![0, 1])]))]);
+    let r = gc.offset_fetch(&ctx, req).await;
+    assert_eq!(r.groups[0].error_code, 0);
+    r.groups[0].topics[0]
+        .partitions
+        .iter()
+        .map(|p| (p.committed_offset, p.error_code))
+        .collect()
+}
+
+/// TxnOffsetCommit and markers through the group coordinator on real `__consumer_offsets`
+/// partitions: pending until the commit marker, and after the shard is reloaded from the log
+/// a pending transaction is still pending and a committed one committed.
+#[tokio::test]
+async fn transactional_offsets_survive_a_reload_from_the_real_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = broker(&dir).await;
+    let b = server.broker();
+    create(&server, plain_partitions("t", 2)).await;
+    let spec = offsets_topic_spec(b.group_coordinator.config(), &b.image());
+    create(&server, spec).await;
+    let gc = b.group_coordinator.clone();
+    wait_for("loaded shards", || {
+        gc.partitions() == vec![(0, true), (1, true), (2, true)]
+    })
+    .await;
+    let ctx = strom_group_coordinator::GroupRequestContext {
+        api_version: 3,
+        ..Default::default()
+    };
+    for (pid, partition, offset) in [(7, 0, 70), (8, 1, 80)] {
+        let r = gc
+            .txn_offset_commit(&ctx, txn_commit_req("g", pid, partition, offset))
+            .await;
+        assert_eq!(r.topics[0].partitions[0].error_code, 0);
+    }
+    let unstable = ErrorCode::UnstableOffsetCommit.code();
+    assert_eq!(fetch_t(&gc, "g", false).await, vec![(-1, 0), (-1, 0)]);
+    assert_eq!(
+        fetch_t(&gc, "g", true).await,
+        vec![(-1, unstable), (-1, unstable)]
+    );
+    let partition = gc.partition_for("g");
+    gc.complete_transaction(
+        partition,
+        7,
+        1,
+        4,
+        TxnResult::Commit,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    assert_eq!(fetch_t(&gc, "g", true).await, vec![(70, 0), (-1, unstable)]);
+
+    // The shard is rebuilt from the log (as on a new leader).
+    let epoch = b
+        .replica_manager
+        .get(GROUP_METADATA_TOPIC_NAME, partition)
+        .unwrap()
+        .leader_epoch();
+    gc.on_resigned(partition, Some(epoch));
+    wait_for("unloaded", || {
+        !gc.partitions().iter().any(|(p, _)| *p == partition)
+    })
+    .await;
+    gc.on_elected(partition, epoch);
+    wait_for("reloaded", || gc.partitions().contains(&(partition, true))).await;
+    assert_eq!(fetch_t(&gc, "g", true).await, vec![(70, 0), (-1, unstable)]);
+    gc.complete_transaction(
+        partition,
+        8,
+        1,
+        4,
+        TxnResult::Abort,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    assert_eq!(fetch_t(&gc, "g", true).await, vec![(70, 0), (-1, 0)]);
+    b.metadata_loader.shutdown().await;
 }

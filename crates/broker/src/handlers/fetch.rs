@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use strom_protocol::kafka::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use strom_protocol::kafka::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
 use strom_protocol::kafka::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
 
 use super::str_bytes;
@@ -102,8 +104,17 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
                         data.diverging_epoch.epoch = d.epoch;
                         data.diverging_epoch.end_offset = d.end_offset;
                     }
-                    if req.isolation_level == READ_COMMITTED {
-                        data.aborted_transactions = Some(Vec::new());
+                    // Kafka answers null unless the read was read_committed (also on errors).
+                    if version >= 4 {
+                        data.aborted_transactions = r.aborted_transactions.map(|list| {
+                            list.iter()
+                                .map(|t| {
+                                    AbortedTransaction::default()
+                                        .with_producer_id(t.producer_id.into())
+                                        .with_first_offset(t.first_offset)
+                                })
+                                .collect()
+                        });
                     }
                     data
                 })

@@ -1,5 +1,5 @@
-//! ListOffsets: earliest (-2), latest (-1, the HW), max timestamp (-3), earliest local (-4) and
-//! by timestamp.
+//! ListOffsets: earliest (-2), latest (-1, the HW; the LSO for isolation_level 1), max
+//! timestamp (-3), earliest local (-4) and by timestamp.
 
 use std::sync::Arc;
 
@@ -15,6 +15,7 @@ const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
+const READ_COMMITTED: i8 = 1;
 
 pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     let topics = req
@@ -54,8 +55,14 @@ pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> Li
                         return resp.with_error_code(code.code());
                     }
                     let resp = resp.with_leader_epoch(epoch);
+                    // Kafka's `fetchOffsetForTimestamp`: read_committed sees up to the LSO.
+                    let last_fetchable = if version >= 2 && req.isolation_level == READ_COMMITTED {
+                        p.last_stable_offset()
+                    } else {
+                        p.high_watermark()
+                    };
                     match lp.timestamp {
-                        LATEST => resp.with_offset(p.high_watermark()),
+                        LATEST => resp.with_offset(last_fetchable),
                         EARLIEST | EARLIEST_LOCAL => resp.with_offset(p.log_start_offset()),
                         MAX_TIMESTAMP => match p.with_log(|l| l.max_timestamp_and_offset()) {
                             Ok(Some(t)) => resp
@@ -67,8 +74,8 @@ pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> Li
                         },
                         ts if ts < 0 => resp.with_error_code(ErrorCode::InvalidRequest.code()),
                         ts => match p.with_log(|l| l.fetch_offset_by_timestamp(ts)) {
-                            // Only offsets below the HW are visible to consumers.
-                            Ok(Some(t)) if t.offset < p.high_watermark() => resp
+                            // Only offsets below the HW (LSO) are visible to consumers.
+                            Ok(Some(t)) if t.offset < last_fetchable => resp
                                 .with_offset(t.offset)
                                 .with_timestamp(t.timestamp)
                                 .with_leader_epoch(t.leader_epoch.unwrap_or(-1)),

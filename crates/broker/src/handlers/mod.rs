@@ -8,6 +8,7 @@ mod api_versions;
 mod configs;
 mod delete_records;
 mod describe_cluster;
+mod describe_producers;
 mod elect_leaders;
 mod fetch;
 mod find_coordinator;
@@ -26,6 +27,8 @@ mod reassignments;
 pub mod registry;
 mod topics;
 mod transactions;
+mod txn_offset_commit;
+mod write_txn_markers;
 
 use std::sync::Arc;
 

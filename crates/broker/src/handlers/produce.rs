@@ -65,6 +65,12 @@ pub async fn handle_for_client(
             broker.create_topics(&missing).await;
         }
     }
+    if req.transactional_id.is_none() && has_transactional_records(&req) {
+        // Kafka authorizes transactional batches by the request's transactional id; without
+        // one, nothing is written. (With one, batches are appended: KIP-890 verification with
+        // the transaction coordinator is the lead's part.)
+        return error_response(req, ErrorCode::TransactionalIdAuthorizationFailed);
+    }
     let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
     let (mut resp, pending) = append_all(broker, req, version, internal_topics_allowed);
     if pending.is_empty() {
@@ -79,6 +85,45 @@ pub async fn handle_for_client(
         }
     }
     resp
+}
+
+/// Kafka's `ProduceRequest.hasTransactionalRecords`: some partition's batch is transactional.
+fn has_transactional_records(req: &ProduceRequest) -> bool {
+    req.topic_data
+        .iter()
+        .flat_map(|t| t.partition_data.iter())
+        .filter_map(|p| p.records.as_ref())
+        .any(|r| {
+            BatchIter::new(r)
+                .next()
+                .is_some_and(|b| b.is_ok_and(|b| b.is_transactional()))
+        })
+}
+
+/// Kafka's `ProduceRequest.getErrorResponse`: every partition answers `code`.
+fn error_response(req: ProduceRequest, code: ErrorCode) -> ProduceResponse {
+    let responses = req
+        .topic_data
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partition_data
+                .iter()
+                .map(|p| {
+                    PartitionProduceResponse::default()
+                        .with_index(p.index)
+                        .with_error_code(code.code())
+                        .with_base_offset(-1)
+                        .with_log_append_time_ms(-1)
+                        .with_log_start_offset(-1)
+                })
+                .collect();
+            TopicProduceResponse::default()
+                .with_name(t.name)
+                .with_partition_responses(partitions)
+        })
+        .collect();
+    ProduceResponse::default().with_responses(responses)
 }
 
 fn append_all(
@@ -129,6 +174,10 @@ fn append_all(
                     if let Err((code, msg)) = check_one_batch(&records, version) {
                         return resp.with_error_code(code.code()).with_error_message(Some(str_bytes(&msg)));
                     }
+                    // lead: KIP-890 part 1 goes here: a transactional batch for a partition the
+                    // transaction coordinator has not verified is held until it answers
+                    // (Kafka's `maybeStartTransactionVerificationForPartition`); until then
+                    // transactional batches are appended as they come.
                     match partition.append_records_to_leader(&records, AppendOrigin::Client, req.acks, leader_epoch, now) {
                         Ok(info) => {
                             if acks_all {

@@ -273,6 +273,24 @@ pub static REGISTRY: &[ApiEntry] = &[
         |b, ctx, req, v| describe_cluster::handle(b, req)
     ),
     api!(
+        WriteTxnMarkers,
+        1,
+        2,
+        BROKER,
+        forward = false,
+        WriteTxnMarkersRequest,
+        |b, ctx, req, v| write_txn_markers::handle(b, req).await
+    ),
+    api!(
+        DescribeProducers,
+        0,
+        0,
+        BROKER,
+        forward = false,
+        DescribeProducersRequest,
+        |b, ctx, req, v| describe_producers::handle(b, req)
+    ),
+    api!(
         InitProducerId,
         0,
         5,
@@ -437,6 +455,16 @@ pub static REGISTRY: &[ApiEntry] = &[
         forward = false,
         OffsetFetchRequest,
         |b, ctx, req, v| groups::offset_fetch(b, ctx, req).await
+    ),
+    // Kafka 4.4 serves 0-6; v6 (topic ids) is beyond the generated structs.
+    api!(
+        TxnOffsetCommit,
+        0,
+        5,
+        BROKER,
+        forward = false,
+        TxnOffsetCommitRequest,
+        |b, ctx, req, v| txn_offset_commit::txn_offset_commit(b, ctx, req).await
     ),
     api!(
         DescribeGroups,

@@ -4,6 +4,7 @@
 //! can move to a lock-free log reader in one place.
 
 use bytes::Bytes;
+use strom_storage::txn_index::AbortedTxn;
 use strom_storage::{FetchDataInfo, StorageError};
 
 use super::{LocalLog, Partition, PartitionError, PartitionState, Role};
@@ -52,6 +53,9 @@ pub struct LogReadInfo {
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
     pub log_end_offset: i64,
+    /// read_committed: the aborted transactions overlapping the records returned (Kafka's
+    /// `abortedTransactions`); `None` for other isolations.
+    pub aborted_transactions: Option<Vec<AbortedTxn>>,
 }
 
 /// What the locked part of a fetch decided: an answer without data, or a read to do.
@@ -76,8 +80,7 @@ impl LogOffsetSnapshot {
     fn of(log: &LocalLog) -> Self {
         Self {
             high_watermark: log.high_watermark,
-            // Transactions (and so aborted ones below the HW) do not exist yet.
-            last_stable_offset: log.high_watermark,
+            last_stable_offset: log.last_stable_offset(),
             log_start_offset: log.log.log_start_offset(),
             log_end_offset: log.log.log_end_offset(),
         }
@@ -88,6 +91,7 @@ impl LogOffsetSnapshot {
         LogReadInfo {
             records,
             diverging_epoch,
+            aborted_transactions: None,
             high_watermark: self.high_watermark,
             last_stable_offset: self.last_stable_offset,
             log_start_offset: self.log_start_offset,
@@ -168,8 +172,11 @@ impl Partition {
                         max_bytes,
                         max_offset,
                         min_one_message,
+                        isolation == FetchIsolation::TxnCommitted,
                     )?;
-                    at.read_info(data.records, None)
+                    let mut info = at.read_info(data.records, None);
+                    info.aborted_transactions = data.aborted_transactions;
+                    info
                 }
             }
         };
@@ -230,16 +237,24 @@ impl Partition {
     }
 
     /// The one place the log is read for a fetch: whole batches from `fetch_offset`, none with a
-    /// base offset at or past `max_offset`, through the lock-free [`strom_storage::LogReader`].
+    /// base offset at or past `max_offset`, through the lock-free [`strom_storage::LogReader`];
+    /// with `include_aborted` (read_committed, `max_offset` the LSO) also the aborted
+    /// transactions overlapping them.
     fn read_records(
         &self,
         fetch_offset: i64,
         max_bytes: usize,
         max_offset: i64,
         min_one_message: bool,
+        include_aborted: bool,
     ) -> Result<FetchDataInfo, StorageError> {
-        self.reader
-            .read(fetch_offset, max_bytes, max_offset, min_one_message)
+        self.reader.read_isolated(
+            fetch_offset,
+            max_bytes,
+            max_offset,
+            min_one_message,
+            include_aborted,
+        )
     }
 
     /// The offsets now (one consistent snapshot), without reading.

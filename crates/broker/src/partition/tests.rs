@@ -191,3 +191,95 @@ fn a_new_leader_takes_nothing_from_a_stale_fetch_answer() {
     assert_eq!((p.log_start_offset(), p.log_end_offset()), (0, 1));
     assert_eq!(p.high_watermark(), 1);
 }
+
+/// One transactional record of producer `pid`, epoch 0.
+fn txn_batch(pid: i64) -> Vec<u8> {
+    use strom_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    let record = Record {
+        transactional: true,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: pid,
+        producer_epoch: 0,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: 0,
+        timestamp: 1_700_000_000_000,
+        key: None,
+        value: Some(bytes::Bytes::from_static(b"v")),
+        headers: Default::default(),
+    };
+    let mut buf = Vec::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        [&record],
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
+    buf
+}
+
+#[test]
+fn the_lso_moves_with_the_hw_and_read_committed_reads_below_it() {
+    use super::{FetchIsolation, PartitionFetch};
+    use strom_protocol::memory_records::{end_txn_marker, TxnResult};
+    let dir = tempfile::tempdir().unwrap();
+    let log = UnifiedLog::open(&dir.path().join("t-0"), LogConfig::default(), 0, true).unwrap();
+    let p = Partition::new("t".into(), Uuid::nil(), 0, ME, log, 0);
+    // Alone in the ISR: the HW follows every append.
+    p.apply_leader_and_isr(
+        &LeaderAndIsr {
+            leader: ME,
+            leader_epoch: 1,
+            partition_epoch: 1,
+            replicas: vec![ME],
+            isr: vec![ME],
+        },
+        0,
+    );
+    p.append_records_to_leader(&txn_batch(7), AppendOrigin::Client, -1, 1, 0)
+        .unwrap();
+    let at = p.offset_snapshot();
+    assert_eq!((at.high_watermark, at.last_stable_offset), (1, 0));
+    let fetch = PartitionFetch {
+        fetch_offset: 0,
+        current_leader_epoch: None,
+        last_fetched_epoch: None,
+        log_start_offset: -1,
+        max_bytes: 1 << 20,
+    };
+    let read = |isolation| {
+        p.fetch_records(None, isolation, &fetch, 1 << 20, true, true, 0)
+            .unwrap()
+    };
+    let rc = read(FetchIsolation::TxnCommitted);
+    assert!(rc.records.is_empty());
+    assert_eq!(rc.aborted_transactions, Some(vec![]));
+    assert_eq!(
+        read(FetchIsolation::HighWatermark).aborted_transactions,
+        None
+    );
+    // A waiting read_committed fetch that saw the LSO at 0 is not due until it moves.
+    assert!(!p.fetch_may_complete(FetchIsolation::TxnCommitted, &fetch, true, 0));
+    let abort = end_txn_marker(7, 0, 0, TxnResult::Abort, 1_700_000_000_001);
+    p.append_records_to_leader(&abort, AppendOrigin::Coordinator, -1, 1, 0)
+        .unwrap();
+    assert_eq!(p.last_stable_offset(), 2);
+    assert!(p.fetch_may_complete(FetchIsolation::TxnCommitted, &fetch, true, 0));
+    let rc = read(FetchIsolation::TxnCommitted);
+    assert_eq!(rc.last_stable_offset, 2);
+    assert_eq!(
+        rc.aborted_transactions
+            .unwrap()
+            .iter()
+            .map(|t| (t.producer_id, t.first_offset))
+            .collect::<Vec<_>>(),
+        vec![(7, 0)]
+    );
+}

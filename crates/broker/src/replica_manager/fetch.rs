@@ -4,8 +4,9 @@
 //! partition's offsets at one point ([`crate::partition::LogReadInfo`]); a fetch short of
 //! `min_bytes` waits in the fetch purgatory until new data, a leadership change or a moved log
 //! start on one of its partitions, or `max_wait_ms`. The Fetch handler only decodes and encodes;
-//! read_committed (aborted transactions), fetch sessions and preferred read replicas belong
-//! here.
+//! read_committed reads stop at the LSO and carry the aborted transactions of what they return;
+//! a read_committed fetch waiting in the purgatory wakes when the LSO moves (it watches the LSO
+//! it read up to). Fetch sessions and preferred read replicas belong here.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,6 +58,8 @@ pub struct FetchPartitionData {
     pub log_start_offset: i64,
     pub records: Bytes,
     pub diverging_epoch: Option<EpochEndOffset>,
+    /// read_committed: the aborted transactions overlapping `records`.
+    pub aborted_transactions: Option<Vec<strom_storage::txn_index::AbortedTxn>>,
 }
 
 impl FetchPartitionData {
@@ -68,6 +71,7 @@ impl FetchPartitionData {
             log_start_offset: -1,
             records: Bytes::new(),
             diverging_epoch: None,
+            aborted_transactions: None,
         }
     }
 }
@@ -185,6 +189,7 @@ impl ReplicaManager {
                         log_start_offset: info.log_start_offset,
                         records: info.records,
                         diverging_epoch: info.diverging_epoch,
+                        aborted_transactions: info.aborted_transactions,
                     });
                 }
                 Err(e) => {

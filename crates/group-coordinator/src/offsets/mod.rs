@@ -7,7 +7,7 @@
 //! [`ops`] read it and return records. It is kept in timeline structures, so reads see it as
 //! of the high watermark and a failed append rolls it back.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use strom_coordinator_common::timeline::{Timeline, TimelineMap};
@@ -17,69 +17,14 @@ use crate::shard::ShardEnv;
 
 pub mod expiry;
 pub mod ops;
+pub mod pending;
 pub mod store;
 
+pub use pending::PendingTransactionalOffsets;
 pub use store::{OffsetAndMetadata, OffsetStore, PartitionKey};
 
 /// The key of the shard timer that expires offsets (Kafka's `expire-group-metadata`).
 pub const EXPIRE_TIMER_KEY: &str = "expire-group-metadata";
-
-/// Transactional offsets waiting for their transaction's marker (Kafka's
-/// `pendingTransactionalOffsets` / `openTransactionsByGroup`). Nothing writes them until
-/// TxnOffsetCommit exists (the transactions issue); OffsetFetch with `require_stable`,
-/// OffsetDelete, DeleteGroups and expiry already consult them as Kafka does.
-#[derive(Default)]
-pub struct PendingTransactionalOffsets {
-    /// Producer ids with pending offsets, by group.
-    open_by_group: HashMap<String, BTreeSet<i64>>,
-    /// (producer id, group) -> pending offsets.
-    offsets: HashMap<(i64, String), HashMap<PartitionKey, OffsetAndMetadata>>,
-}
-
-impl PendingTransactionalOffsets {
-    /// Whether some open transaction holds an offset of this partition for `group`.
-    pub fn has_pending(&self, group: &str, topic: &str, partition: i32) -> bool {
-        let Some(pids) = self.open_by_group.get(group) else {
-            return false;
-        };
-        let key = (topic.to_string(), partition);
-        pids.iter().any(|pid| {
-            self.offsets
-                .get(&(*pid, group.to_string()))
-                .is_some_and(|m| m.contains_key(&key))
-        })
-    }
-
-    /// Whether `group` has an open transaction.
-    pub fn has_open_transactions(&self, group: &str) -> bool {
-        self.open_by_group.contains_key(group)
-    }
-
-    /// Every partition with a pending offset for `group`.
-    pub fn pending_partitions(&self, group: &str) -> BTreeSet<PartitionKey> {
-        let mut out = BTreeSet::new();
-        if let Some(pids) = self.open_by_group.get(group) {
-            for pid in pids {
-                if let Some(m) = self.offsets.get(&(*pid, group.to_string())) {
-                    out.extend(m.keys().cloned());
-                }
-            }
-        }
-        out
-    }
-
-    /// A tombstone of the partition also drops its pending offsets (Kafka's replay of a
-    /// tombstone).
-    fn remove_partition(&mut self, group: &str, key: &PartitionKey) {
-        if let Some(pids) = self.open_by_group.get(group) {
-            for pid in pids {
-                if let Some(m) = self.offsets.get_mut(&(*pid, group.to_string())) {
-                    m.remove(key);
-                }
-            }
-        }
-    }
-}
 
 #[derive(Default)]
 pub struct OffsetMetadataManager {
@@ -98,8 +43,16 @@ pub struct OffsetMetadataManager {
 
 impl OffsetMetadataManager {
     /// Applies an offset commit record or tombstone at `offset` (Kafka's `replay` of
-    /// `OffsetCommitKey/Value`; legacy type-0 records carry the same key).
-    pub fn replay(&mut self, _env: &ShardEnv, offset: i64, record: &CoordinatorRecord) {
+    /// `OffsetCommitKey/Value`; legacy type-0 records carry the same key). A commit in a
+    /// transactional batch (`producer_id` set) waits for its producer's marker; a tombstone
+    /// deletes whatever its batch.
+    pub fn replay(
+        &mut self,
+        _env: &ShardEnv,
+        offset: i64,
+        producer_id: Option<i64>,
+        record: &CoordinatorRecord,
+    ) {
         let (group, key, value) = match record {
             CoordinatorRecord::OffsetCommit(k, v) => (
                 &k.group,
@@ -125,12 +78,56 @@ impl OffsetMetadataManager {
                 if !self.simple_groups.contains_key(group) {
                     self.simple_groups.insert(offset, group.clone(), ());
                 }
-                self.offsets.put(offset, group, key, v)
+                match producer_id {
+                    None => self.offsets.put(offset, group, key, v),
+                    Some(pid) => {
+                        tracing::debug!(group = %group, topic = %key.0, partition = key.1, producer_id = pid, "pending transactional offset");
+                        self.pending.put(offset, pid, group, key, v)
+                    }
+                }
             }
             None => {
                 self.offsets.remove(offset, group, &key);
-                self.pending.remove_partition(group, &key);
+                self.pending.remove_partition(offset, group, &key);
             }
+        }
+    }
+
+    /// The end marker of `producer_id`'s transaction at `offset` (Kafka's
+    /// `replayEndTransactionMarker`): on COMMIT its pending offsets become the committed ones,
+    /// except where a commit recorded later in the log is already there (the most recent
+    /// record wins, as compaction of the offsets topic would leave it); on ABORT they are
+    /// dropped.
+    pub fn replay_end_transaction_marker(&mut self, offset: i64, producer_id: i64, commit: bool) {
+        let taken = self.pending.take_producer(offset, producer_id);
+        if taken.is_empty() {
+            tracing::debug!(producer_id, commit, "end marker without pending offsets");
+            return;
+        }
+        if !commit {
+            tracing::debug!(
+                producer_id,
+                offsets = taken.len(),
+                "transactional offsets aborted"
+            );
+            return;
+        }
+        for (group, key, value) in taken {
+            let newer = self
+                .offsets
+                .get(&group, &key.0, key.1)
+                .is_some_and(|existing| existing.record_offset >= value.record_offset);
+            if newer {
+                tracing::info!(
+                    group = %group,
+                    topic = %key.0,
+                    partition = key.1,
+                    producer_id,
+                    "transactional offset not materialised: a later commit is there"
+                );
+                continue;
+            }
+            self.offsets.put(offset, &group, key, value);
         }
     }
 
@@ -172,10 +169,12 @@ pub(crate) fn schedule_expiry(env: &ShardEnv) {
 impl Timeline for OffsetMetadataManager {
     fn revert_to(&mut self, offset: i64) {
         self.offsets.revert_to(offset);
+        self.pending.revert_to(offset);
         self.simple_groups.revert_to(offset);
     }
     fn commit(&mut self, committed: i64) {
         self.offsets.commit(committed);
+        self.pending.commit(committed);
         self.simple_groups.commit(committed);
     }
 }

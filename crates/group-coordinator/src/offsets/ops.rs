@@ -125,6 +125,47 @@ pub fn commit_offsets(
         api_version: req.api_version,
         transactional: false,
     })?;
+    Ok(offset_commit_records(shard, req))
+}
+
+/// TxnOffsetCommit (Kafka's `commitTransactionalOffset`): the member checks of KIP-447 —
+/// a group that does not exist is a simple group for generation -1 and ILLEGAL_GENERATION
+/// otherwise; a classic group checks member id, group instance id (FENCED_INSTANCE_ID) and
+/// generation, a consumer group the member and its epoch, a stale epoch answering
+/// ILLEGAL_GENERATION (versions before 6 have no STALE_MEMBER_EPOCH). The records are the
+/// OffsetCommit records, which the caller appends in the producer's transactional batch, so
+/// they stay pending until its marker. `req.retention_time_ms` is ignored (no expire
+/// timestamp, as Kafka writes them).
+pub fn commit_transactional_offsets(
+    shard: &mut GroupCoordinatorShard,
+    req: &CommitRequest,
+) -> Result<(Vec<CoordinatorRecord>, PartitionResults), ErrorCode> {
+    shard
+        .validate_offset_commit(&OffsetCommitAuth {
+            group_id: &req.group_id,
+            member_id: &req.member_id,
+            generation_id_or_member_epoch: req.generation_id_or_member_epoch,
+            group_instance_id: req.group_instance_id.as_deref(),
+            api_version: req.api_version,
+            transactional: true,
+        })
+        .map_err(|e| match e {
+            ErrorCode::StaleMemberEpoch => ErrorCode::IllegalGeneration,
+            other => other,
+        })?;
+    let req = CommitRequest {
+        retention_time_ms: DEFAULT_RETENTION_TIME,
+        ..req.clone()
+    };
+    Ok(offset_commit_records(shard, &req))
+}
+
+/// One record per partition whose metadata fits (the others answer
+/// OFFSET_METADATA_TOO_LARGE), for a validated commit.
+fn offset_commit_records(
+    shard: &mut GroupCoordinatorShard,
+    req: &CommitRequest,
+) -> (Vec<CoordinatorRecord>, PartitionResults) {
     let now = shard.env.now_ms();
     let expire = (req.retention_time_ms != DEFAULT_RETENTION_TIME)
         .then(|| now.wrapping_add(req.retention_time_ms));
@@ -177,7 +218,7 @@ pub fn commit_offsets(
             .unwritten_simple_groups
             .insert(req.group_id.clone());
     }
-    Ok((records, results))
+    (records, results)
 }
 
 /// One group of an OffsetFetch (`topics: None`: every partition the group has).

@@ -28,6 +28,9 @@ use crate::topic::{partition_for, GROUP_METADATA_TOPIC_NAME};
 mod classic;
 mod consumer;
 mod offsets;
+mod transactions;
+
+pub use transactions::write_txn_markers_error;
 
 /// What a group request carries besides its body (Kafka's `AuthorizableRequestContext` as the
 /// group coordinator uses it).

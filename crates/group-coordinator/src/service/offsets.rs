@@ -35,7 +35,7 @@ use crate::offsets::ops::{
 };
 use crate::shard::GroupCoordinatorShard;
 
-fn op_error(code: ErrorCode, what: &str) -> CoordinatorError {
+pub(super) fn op_error(code: ErrorCode, what: &str) -> CoordinatorError {
     CoordinatorError::Operation {
         code,
         message: format!("{what}: {code}"),
@@ -45,13 +45,13 @@ fn op_error(code: ErrorCode, what: &str) -> CoordinatorError {
 /// Answers per topic and partition, in the order Kafka's response builders produce them:
 /// topics in the order they were first answered, partitions appended.
 #[derive(Default)]
-struct PartitionAnswers {
-    topics: Vec<(String, Vec<(i32, i16)>)>,
+pub(super) struct PartitionAnswers {
+    pub(super) topics: Vec<(String, Vec<(i32, i16)>)>,
     index: HashMap<String, usize>,
 }
 
 impl PartitionAnswers {
-    fn add(&mut self, topic: &str, partition: i32, code: i16) {
+    pub(super) fn add(&mut self, topic: &str, partition: i32, code: i16) {
         let i = *self.index.entry(topic.to_string()).or_insert_with(|| {
             self.topics.push((topic.to_string(), Vec::new()));
             self.topics.len() - 1
@@ -59,7 +59,7 @@ impl PartitionAnswers {
         self.topics[i].1.push((partition, code));
     }
 
-    fn merge(&mut self, results: PartitionResults) {
+    pub(super) fn merge(&mut self, results: PartitionResults) {
         for (topic, parts) in results {
             for (p, code) in parts {
                 self.add(&topic, p, code);
@@ -71,7 +71,7 @@ impl PartitionAnswers {
 /// Splits `topics` into what the image has (returned) and answers
 /// UNKNOWN_TOPIC_OR_PARTITION for the rest (Kafka's broker checks its metadata cache before
 /// the coordinator).
-fn known_partitions<P: Clone>(
+pub(super) fn known_partitions<P: Clone>(
     image: &GroupMetadataImage,
     topics: impl IntoIterator<Item = (String, Vec<(i32, P)>)>,
     answers: &mut PartitionAnswers,

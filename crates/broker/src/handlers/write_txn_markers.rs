@@ -1,0 +1,150 @@
+//! WriteTxnMarkers (inter-broker, from the transaction coordinator): for each marker and each of
+//! its partitions, the leader appends the end-transaction control batch with origin Coordinator
+//! and answers once the HW passes it, as an acks=all produce waits (the produce purgatory), at
+//! most `request.timeout.ms` (Kafka's `handleWriteTxnMarkersRequest`). Errors are per partition:
+//! UNKNOWN_TOPIC_OR_PARTITION for a partition not hosted here, then whatever the append or the
+//! wait answers (NOT_LEADER_OR_FOLLOWER, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED,
+//! NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, ...).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use strom_protocol::kafka::messages::write_txn_markers_response::{
+    WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+};
+use strom_protocol::kafka::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
+use strom_protocol::memory_records::{end_txn_marker, TxnResult};
+use strom_protocol::ErrorCode;
+use strom_storage::AppendOrigin;
+
+use crate::partition::{Partition, PartitionError};
+use crate::replication::{wait_for_acks, AckResult};
+use crate::server::Broker;
+
+/// Kafka's `request.timeout.ms` default, which bounds the wait for the markers' HW.
+const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
+
+/// Versions 1 and 2 (v2 adds each marker's transaction version; v1's markers are version 0).
+pub async fn handle(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse {
+    let timeout = Duration::from_millis(
+        broker
+            .config
+            .props
+            .get("request.timeout.ms")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_REQUEST_TIMEOUT_MS),
+    );
+    let now = crate::now_ms();
+    // (marker, topic, partition) of each append waiting for its HW.
+    let mut pending: Vec<(usize, usize, usize, Arc<Partition>, i64)> = Vec::new();
+    let mut markers = Vec::with_capacity(req.markers.len());
+    for (mi, marker) in req.markers.iter().enumerate() {
+        let result = if marker.transaction_result {
+            TxnResult::Commit
+        } else {
+            TxnResult::Abort
+        };
+        let mut topics = Vec::with_capacity(marker.topics.len());
+        for (ti, topic) in marker.topics.iter().enumerate() {
+            let name = topic.name.0.to_string();
+            let mut partitions = Vec::with_capacity(topic.partition_indexes.len());
+            for (pi, &index) in topic.partition_indexes.iter().enumerate() {
+                // lead: markers for `__consumer_offsets` partitions also complete the group
+                // coordinator's pending transactional offsets (Kafka's
+                // `groupCoordinator.completeTransaction` after a successful append); for now they
+                // are appended like any partition.
+                let code: i16 = match append_marker(
+                    broker,
+                    &name,
+                    index,
+                    marker.producer_id.0,
+                    marker.producer_epoch,
+                    marker.coordinator_epoch,
+                    marker.transaction_version as i16,
+                    result,
+                    now,
+                ) {
+                    Ok((partition, required_offset)) => {
+                        pending.push((mi, ti, pi, partition, required_offset));
+                        0
+                    }
+                    Err(code) => code.code(),
+                };
+                partitions.push(
+                    WritableTxnMarkerPartitionResult::default()
+                        .with_partition_index(index)
+                        .with_error_code(code),
+                );
+            }
+            topics.push(
+                WritableTxnMarkerTopicResult::default()
+                    .with_name(topic.name.clone())
+                    .with_partitions(partitions),
+            );
+        }
+        markers.push(
+            WritableTxnMarkerResult::default()
+                .with_producer_id(marker.producer_id)
+                .with_topics(topics),
+        );
+    }
+    if !pending.is_empty() {
+        let waits: Vec<(Arc<Partition>, i64)> = pending
+            .iter()
+            .map(|(_, _, _, p, r)| (p.clone(), *r))
+            .collect();
+        let results = wait_for_acks(&waits, timeout).await;
+        for ((mi, ti, pi, _, _), result) in pending.iter().zip(results) {
+            if let AckResult::Error(code) = result {
+                markers[*mi].topics[*ti].partitions[*pi].error_code = code.code();
+            }
+        }
+    }
+    WriteTxnMarkersResponse::default().with_markers(markers)
+}
+
+/// Appends one marker as leader (acks=all: `min.insync.replicas` checked first); returns the
+/// partition and the offset its HW must reach.
+#[allow(clippy::too_many_arguments)]
+fn append_marker(
+    broker: &Arc<Broker>,
+    topic: &str,
+    index: i32,
+    producer_id: i64,
+    producer_epoch: i16,
+    coordinator_epoch: i32,
+    transaction_version: i16,
+    result: TxnResult,
+    now: i64,
+) -> Result<(Arc<Partition>, i64), ErrorCode> {
+    let partition = broker
+        .replica_manager
+        .get_partition_or_error(topic, index)
+        .map_err(|_| ErrorCode::UnknownTopicOrPartition)?;
+    let leader_epoch = partition
+        .leader_epoch_if_leader()
+        .map_err(|e| e.error_code())?;
+    let batch = end_txn_marker(producer_id, producer_epoch, coordinator_epoch, result, now);
+    match partition.append_records_to_leader_with_txn_version(
+        &batch,
+        AppendOrigin::Coordinator,
+        -1,
+        leader_epoch,
+        transaction_version,
+        now,
+    ) {
+        Ok(info) => Ok((partition, info.last_offset + 1)),
+        Err(e) => {
+            tracing::debug!(topic, partition = index, producer_id, error = %e, "transaction marker rejected");
+            if let PartitionError::Storage(se) = &e {
+                broker.replica_manager.handle_storage_error(&partition, se);
+            }
+            Err(match e {
+                // The coordinator retries on a leader change, as on NOT_LEADER_OR_FOLLOWER.
+                PartitionError::FencedLeaderEpoch { .. }
+                | PartitionError::UnknownLeaderEpoch { .. } => ErrorCode::NotLeaderOrFollower,
+                other => other.error_code(),
+            })
+        }
+    }
+}
