@@ -326,6 +326,9 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
 
     let nemesis_start = Instant::now();
     let mut nem = nemesis::Nemesis::new(seed, args.net, start);
+    if txns.is_some() {
+        nem.txn_ids = (0..args.txn_producers).map(txn::transactional_id).collect();
+    }
     let r = if unsafe_mode {
         unclean::run(&mut nem, &mut cluster, lab.as_mut(), &probe, &shared).await
     } else {

@@ -33,6 +33,11 @@ use super::txn_checker::{txn_value, Served, Txn, TxnHistory, TxnOutcome, TxnRepo
 use super::workload::client_config;
 
 pub const TXN_TOPIC: &str = "nemesis-txn";
+
+/// Producer `k`'s transactional id.
+pub fn transactional_id(k: usize) -> String {
+    format!("nemesis-txn-{k}")
+}
 /// `transaction.timeout.ms`: a transaction abandoned with its producer (a commit of unknown
 /// outcome) is aborted by the coordinator within it, so the last stable offsets catch up
 /// with the high watermarks before the final read.
@@ -265,7 +270,7 @@ impl ProducerRun {
         let k = self.k;
         let props: Vec<(String, String)> = [
             ("client.id", format!("nemesis-txn-p{k}")),
-            ("transactional.id", format!("nemesis-txn-{k}")),
+            ("transactional.id", transactional_id(k)),
             ("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS.to_string()),
             ("acks", "all".into()),
             ("linger.ms", "5".into()),
