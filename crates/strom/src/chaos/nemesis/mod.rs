@@ -304,13 +304,15 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
     if txns.is_some() {
         println!(
             "[{:7.2}s] transactions: {} transactional producers, {} records per transaction, \
-             {:.0}% aborted on purpose, {} read_committed consumers on '{}'",
+             {:.0}% aborted on purpose, {} read_committed consumers on '{}' (odd producers \
+             impatient: max.block.ms {} ms)",
             start.elapsed().as_secs_f64(),
             args.txn_producers,
             args.txn_size,
             args.txn_abort_ratio * 100.0,
             args.consumers.max(1),
-            txn::TXN_TOPIC
+            txn::TXN_TOPIC,
+            txn::max_block_ms(1)
         );
     }
     // Aborted on any early return, so that no task outlives the run.

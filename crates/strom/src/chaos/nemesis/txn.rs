@@ -13,6 +13,11 @@
 //! new instance with the same transactional id is initialized, as an application does after a
 //! fatal error: InitProducerId fences the old instance and completes or aborts its transaction.
 //!
+//! Producers with an even number are patient (`max.block.ms` 15 s: the client retries a moved
+//! or paused coordinator through most faults), odd ones impatient (3 s: a commit during a
+//! coordinator fault fails, its outcome unknown, and the producer re-inits), so that both
+//! kinds of history are checked.
+//!
 //! Every client call is bounded, as in `workload`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -255,6 +260,15 @@ impl TxnWorkload {
     }
 }
 
+/// `max.block.ms` of producer `k`: patient (even) or impatient (odd).
+pub fn max_block_ms(k: usize) -> u64 {
+    if k.is_multiple_of(2) {
+        15_000
+    } else {
+        3_000
+    }
+}
+
 struct ProducerRun {
     k: usize,
     bootstrap: String,
@@ -277,7 +291,7 @@ impl ProducerRun {
             ("request.timeout.ms", "5000".into()),
             ("delivery.timeout.ms", "30000".into()),
             ("retry.backoff.ms", "100".into()),
-            ("max.block.ms", "15000".into()),
+            ("max.block.ms", max_block_ms(k).to_string()),
         ]
         .into_iter()
         .map(|(a, b)| (a.to_string(), b))
