@@ -65,6 +65,9 @@ struct TxnShared {
     progress: Mutex<BTreeMap<(String, i32), i64>>,
     first_error: Mutex<Option<String>>,
     instances: AtomicU64,
+    /// Transactions aborted because a record failed / aborts that failed (producer replaced).
+    send_failed: AtomicU64,
+    abort_failed: AtomicU64,
 }
 
 impl TxnShared {
@@ -383,11 +386,13 @@ impl ProducerRun {
                     }
                     if let Some(e) = failed.first() {
                         all_acked = false;
+                        shared.send_failed.fetch_add(1, Ordering::Relaxed);
                         shared.note(format!("txn producer {k} txn {t} {e}"));
                     }
                 }
                 Err(_) => {
                     all_acked = false;
+                    shared.send_failed.fetch_add(1, Ordering::Relaxed);
                     shared.note(format!("txn producer {k} txn {t}: sends timed out"));
                 }
             }
@@ -413,6 +418,7 @@ impl ProducerRun {
                             Ok(Err(e)) => format!("{e}"),
                             _ => "timed out".into(),
                         };
+                        shared.abort_failed.fetch_add(1, Ordering::Relaxed);
                         shared.note(format!("txn producer {k} abort of txn {}: {e}", t - 1));
                         producer = None;
                     }
@@ -638,6 +644,11 @@ pub fn print_summary(w: &TxnWorkload, o: &TxnOutcomeOfRun) {
         r.unknown_committed + r.unknown_aborted,
         r.unknown_committed,
         r.unknown_aborted
+    );
+    println!(
+        "    {} transactions aborted after a record failed, {} aborts failed (producer replaced)",
+        w.shared.send_failed.load(Ordering::Relaxed),
+        w.shared.abort_failed.load(Ordering::Relaxed)
     );
     println!(
         "    read_committed consumers: {} instances served {} records; final read {} records \
