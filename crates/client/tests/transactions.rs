@@ -776,3 +776,19 @@ async fn transactions_v1_against_kafka() {
     }
     all_scenarios(&k.bootstrap, Some(false)).await;
 }
+
+/// The same scenarios against a Strom broker this test starts (transactions v1 until Strom
+/// advertises `transaction.version`; then whatever level it finalizes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_against_strom() {
+    if std::env::var_os("STROM_TXN_BOOTSTRAP").is_some() {
+        eprintln!("skipping: STROM_TXN_BOOTSTRAP is set");
+        return;
+    }
+    let strom = common::Broker::start_with(&["group.initial.rebalance.delay.ms=0"]);
+    let bootstrap = format!("127.0.0.1:{}", strom.port);
+    let c = client(&bootstrap).await;
+    let conn = c.any_connection().await.unwrap();
+    let tv2 = conn.finalized_feature("transaction.version").map(|v| v >= 2);
+    all_scenarios(&bootstrap, tv2.or(Some(false))).await;
+}

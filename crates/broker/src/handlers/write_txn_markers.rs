@@ -2,13 +2,15 @@
 //! its partitions, the leader appends the end-transaction control batch with origin Coordinator
 //! and answers once the HW passes it, as an acks=all produce waits (the produce purgatory), at
 //! most `request.timeout.ms` (Kafka's `handleWriteTxnMarkersRequest`). Errors are per partition:
-//! UNKNOWN_TOPIC_OR_PARTITION for a partition not hosted here, then whatever the append or the
+//! UNKNOWN_TOPIC_OR_PARTITION for a partition the metadata does not know,
+//! NOT_LEADER_OR_FOLLOWER for one not hosted here, then whatever the append or the
 //! wait answers (NOT_LEADER_OR_FOLLOWER, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED,
 //! NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, ...).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use strom_group_coordinator::topic::GROUP_METADATA_TOPIC_NAME;
 use strom_protocol::kafka::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
 };
@@ -37,6 +39,9 @@ pub async fn handle(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> WriteT
     let now = crate::now_ms();
     // (marker, topic, partition) of each append waiting for its HW.
     let mut pending: Vec<(usize, usize, usize, Arc<Partition>, i64)> = Vec::new();
+    // (marker, topic, partition) of each `__consumer_offsets` completion, and the completions.
+    let mut group_pending: Vec<(usize, usize, usize)> = Vec::new();
+    let mut group_waits = Vec::new();
     let mut markers = Vec::with_capacity(req.markers.len());
     for (mi, marker) in req.markers.iter().enumerate() {
         let result = if marker.transaction_result {
@@ -49,10 +54,34 @@ pub async fn handle(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> WriteT
             let name = topic.name.0.to_string();
             let mut partitions = Vec::with_capacity(topic.partition_indexes.len());
             for (pi, &index) in topic.partition_indexes.iter().enumerate() {
-                // lead: markers for `__consumer_offsets` partitions also complete the group
-                // coordinator's pending transactional offsets (Kafka's
-                // `groupCoordinator.completeTransaction` after a successful append); for now they
-                // are appended like any partition.
+                // `__consumer_offsets`: the group coordinator appends the marker itself and
+                // applies it to its pending transactional offsets (Kafka's
+                // `groupCoordinator.completeTransaction`); answered below with the rest.
+                if name == GROUP_METADATA_TOPIC_NAME {
+                    group_pending.push((mi, ti, pi));
+                    let gc = broker.group_coordinator.clone();
+                    let (pid, epoch, coordinator_epoch) = (
+                        marker.producer_id.0,
+                        marker.producer_epoch,
+                        marker.coordinator_epoch,
+                    );
+                    // Spawned so that every completion is scheduled at once.
+                    group_waits.push(tokio::spawn(async move {
+                        gc.complete_transaction(
+                            index,
+                            pid,
+                            epoch,
+                            coordinator_epoch,
+                            result,
+                            timeout,
+                        )
+                        .await
+                    }));
+                    partitions.push(
+                        WritableTxnMarkerPartitionResult::default().with_partition_index(index),
+                    );
+                    continue;
+                }
                 let code: i16 = match append_marker(
                     broker,
                     &name,
@@ -88,6 +117,14 @@ pub async fn handle(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> WriteT
                 .with_topics(topics),
         );
     }
+    for ((mi, ti, pi), wait) in group_pending.into_iter().zip(group_waits) {
+        let code = match wait.await {
+            Ok(Ok(())) => continue,
+            Ok(Err(code)) => code,
+            Err(_) => ErrorCode::UnknownServerError,
+        };
+        markers[mi].topics[ti].partitions[pi].error_code = code.code();
+    }
     if !pending.is_empty() {
         let waits: Vec<(Arc<Partition>, i64)> = pending
             .iter()
@@ -119,8 +156,7 @@ fn append_marker(
 ) -> Result<(Arc<Partition>, i64), ErrorCode> {
     let partition = broker
         .replica_manager
-        .get_partition_or_error(topic, index)
-        .map_err(|_| ErrorCode::UnknownTopicOrPartition)?;
+        .get_partition_or_error(topic, index)?;
     let leader_epoch = partition
         .leader_epoch_if_leader()
         .map_err(|e| e.error_code())?;
