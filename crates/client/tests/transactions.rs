@@ -789,6 +789,8 @@ async fn transactions_against_strom() {
     let bootstrap = format!("127.0.0.1:{}", strom.port);
     let c = client(&bootstrap).await;
     let conn = c.any_connection().await.unwrap();
-    let tv2 = conn.finalized_feature("transaction.version").map(|v| v >= 2);
+    let tv2 = conn
+        .finalized_feature("transaction.version")
+        .map(|v| v >= 2);
     all_scenarios(&bootstrap, tv2.or(Some(false))).await;
 }

@@ -6,24 +6,91 @@
 
 use std::sync::Arc;
 
+use strom_group_coordinator::topic::GROUP_METADATA_TOPIC_NAME;
+use strom_protocol::kafka::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
 use strom_protocol::kafka::messages::*;
+use strom_protocol::ErrorCode;
 
 use super::groups::group_context;
 use crate::request_context::RequestContext;
 use crate::server::Broker;
+use crate::txn_verification::TransactionSupportedOperation;
 
 pub async fn txn_offset_commit(
     b: &Arc<Broker>,
     ctx: &RequestContext,
     req: TxnOffsetCommitRequest,
 ) -> TxnOffsetCommitResponse {
-    // lead: before the coordinator, Kafka checks that the producer's transaction contains
-    // the group's offsets partition: with transaction version 2 (request v5+) by KIP-890
-    // verification through the transaction coordinator (`maybeStartTransactionVerification`
-    // of the offsets partition, answering e.g. INVALID_PRODUCER_EPOCH, PRODUCER_FENCED,
-    // INVALID_TXN_STATE; TRANSACTION_ABORTABLE from v4), before that by AddOffsetsToTxn having
-    // added it. Wire that here once the transaction coordinator exists.
+    // KIP-890: the offsets partition must be in the producer's transaction before its
+    // offsets are written. Kafka's coordinator runtime asks the transaction coordinator first
+    // (`maybeStartTransactionVerification` of the offsets partition): with transactions v2
+    // (v5+) it adds the partition, before that it checks that AddOffsetsToTxn added it.
+    if b.config.transaction_partition_verification_enable && !req.group_id.0.is_empty() {
+        let tp = (
+            GROUP_METADATA_TOPIC_NAME.to_string(),
+            b.group_coordinator.partition_for(&req.group_id.0),
+        );
+        let op = match ctx.api_version {
+            v if v >= 5 => TransactionSupportedOperation::AddPartition,
+            4 => TransactionSupportedOperation::GenericErrorSupported,
+            _ => TransactionSupportedOperation::DefaultError,
+        };
+        let errors = b
+            .add_partitions_to_txn_manager
+            .verify_transaction(
+                &req.transactional_id.0,
+                req.producer_id.0,
+                req.producer_epoch,
+                std::slice::from_ref(&tp),
+                op,
+            )
+            .await;
+        if let Some(&code) = errors.get(&tp) {
+            return error_response(&req, coordinator_error(code, op));
+        }
+    }
     b.group_coordinator
         .txn_offset_commit(&group_context(ctx), req)
         .await
+}
+
+/// A verification failure as the group coordinator's service answers it (Kafka's
+/// `handleOperationException`: the storage-side codes become coordinator codes the client
+/// retries on), and TRANSACTION_ABORTABLE as INVALID_TXN_STATE for a client older than v4.
+fn coordinator_error(code: ErrorCode, op: TransactionSupportedOperation) -> ErrorCode {
+    match code {
+        ErrorCode::UnknownTopicOrPartition
+        | ErrorCode::NotEnoughReplicas
+        | ErrorCode::RequestTimedOut => ErrorCode::CoordinatorNotAvailable,
+        ErrorCode::NotLeaderOrFollower | ErrorCode::KafkaStorageError => ErrorCode::NotCoordinator,
+        ErrorCode::TransactionAbortable if op == TransactionSupportedOperation::DefaultError => {
+            ErrorCode::InvalidTxnState
+        }
+        other => other,
+    }
+}
+
+/// `code` for every partition of the request (Kafka's `TxnOffsetCommitRequest.getErrorResponse`).
+fn error_response(req: &TxnOffsetCommitRequest, code: ErrorCode) -> TxnOffsetCommitResponse {
+    TxnOffsetCommitResponse::default().with_topics(
+        req.topics
+            .iter()
+            .map(|t| {
+                TxnOffsetCommitResponseTopic::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|p| {
+                                TxnOffsetCommitResponsePartition::default()
+                                    .with_partition_index(p.partition_index)
+                                    .with_error_code(code.code())
+                            })
+                            .collect(),
+                    )
+            })
+            .collect(),
+    )
 }
