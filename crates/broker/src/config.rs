@@ -107,6 +107,9 @@ const KNOWN_BROKER_KEYS: &[&str] = &[
     "transactional.id.expiration.ms",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms",
     "transaction.remove.expired.transaction.cleanup.interval.ms",
+    // KIP-890 (the produce path and ApiVersions).
+    "transaction.partition.verification.enable",
+    "transaction.version",
 ];
 
 #[derive(Debug, Clone)]
@@ -162,6 +165,14 @@ pub struct BrokerConfig {
     /// a connection over its address's limit is closed at once.
     pub max_connections_per_ip: usize,
     pub max_connections_per_ip_overrides: BTreeMap<std::net::IpAddr, usize>,
+    /// `transaction.partition.verification.enable` (KIP-890 part 1, default true): the leader
+    /// asks the transaction coordinator before a transactional batch opens a transaction in a
+    /// partition.
+    pub transaction_partition_verification_enable: bool,
+    /// The finalized level of the `transaction.version` feature (0..=2; default 2, a new Kafka
+    /// 4.4 cluster's). Strom has no feature records: the property stands for the level the
+    /// cluster finalized, and every node must be given the same.
+    pub transaction_version: i16,
 }
 
 /// Parses `1@host:port,2@host:port,...` (Kafka's `controller.quorum.voters`).
@@ -208,6 +219,19 @@ pub fn parse_properties(text: &str) -> Result<BTreeMap<String, String>, ConfigEr
         );
     }
     Ok(out)
+}
+
+/// `transaction.version`: a level Kafka 4.4 supports (0..=2).
+fn transaction_version(props: &BTreeMap<String, String>) -> Result<i16, ConfigError> {
+    let v: i16 = parse(props, "transaction.version", 2)?;
+    if !(0..=2).contains(&v) {
+        return Err(ConfigError::InvalidValue {
+            key: "transaction.version".to_string(),
+            value: v.to_string(),
+            why: "supported levels are 0 to 2".to_string(),
+        });
+    }
+    Ok(v)
 }
 
 fn parse<T: std::str::FromStr>(
@@ -384,6 +408,12 @@ impl BrokerConfig {
             max_connections_per_ip: parse::<i32>(&props, "max.connections.per.ip", i32::MAX)?.max(0)
                 as usize,
             max_connections_per_ip_overrides: per_ip_overrides(&props)?,
+            transaction_partition_verification_enable: parse(
+                &props,
+                "transaction.partition.verification.enable",
+                true,
+            )?,
+            transaction_version: transaction_version(&props)?,
             props,
         };
         if cfg.num_partitions < 1 {
@@ -461,6 +491,7 @@ impl BrokerConfig {
     pub fn log_config(&self, overrides: &BTreeMap<String, String>) -> LogConfig {
         let mut c = LogConfig {
             producer_id_expiration_ms: self.producer_id_expiration_ms,
+            transaction_verification_enabled: self.transaction_partition_verification_enable,
             ..LogConfig::default()
         };
         let mut delete_policy = true;

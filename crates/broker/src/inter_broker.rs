@@ -38,6 +38,9 @@ pub enum Channel {
     ControllerForwarding,
     /// WriteTxnMarkers from this broker's transaction coordinator to partition leaders.
     TxnMarkers,
+    /// AddPartitionsToTxn from this broker as partition leader to transaction coordinators
+    /// (KIP-890 verification of produces).
+    TxnVerification,
 }
 
 impl Channel {
@@ -48,6 +51,7 @@ impl Channel {
             Channel::ControllerAlterPartition => "alter-partition",
             Channel::ControllerForwarding => "forwarding",
             Channel::TxnMarkers => "txn-markers",
+            Channel::TxnVerification => "txn-verification",
         }
     }
 }

@@ -28,6 +28,7 @@ pub mod replica_manager;
 pub mod replication;
 pub mod request_context;
 pub mod server;
+pub mod txn_verification;
 
 use base64::Engine;
 use uuid::Uuid;

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use strom_protocol::ErrorCode;
+use strom_storage::verification::VerificationGuard;
 use strom_storage::{AppendOrigin, LogAppendInfo, LogConfig, StorageError, UnifiedLog};
 use thiserror::Error;
 use uuid::Uuid;
@@ -541,6 +542,48 @@ impl Partition {
         transaction_version: i16,
         now_ms: i64,
     ) -> Result<LogAppendInfo, PartitionError> {
+        self.append_records_to_leader_verified(
+            records,
+            origin,
+            required_acks,
+            expected_leader_epoch,
+            transaction_version,
+            VerificationGuard::SENTINEL,
+            now_ms,
+        )
+    }
+
+    /// Kafka's `maybeStartTransactionVerification` on the leader: the guard a produce's
+    /// transactional batch carries through its verification with the transaction coordinator
+    /// (the sentinel if the producer's transaction is open here: nothing to verify).
+    pub fn maybe_start_transaction_verification(
+        &self,
+        producer_id: i64,
+        sequence: i32,
+        epoch: i16,
+        now_ms: i64,
+    ) -> Result<VerificationGuard, PartitionError> {
+        let st = self.state.read();
+        self.check_leader(&st)?;
+        let mut log = self.lock_log(&st);
+        Ok(log
+            .log
+            .maybe_start_transaction_verification(producer_id, sequence, epoch, now_ms))
+    }
+
+    /// [`Self::append_records_to_leader_with_txn_version`] with the guard of the KIP-890
+    /// verification of a client's transactional batch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn append_records_to_leader_verified(
+        &self,
+        records: &[u8],
+        origin: AppendOrigin,
+        required_acks: i16,
+        expected_leader_epoch: i32,
+        transaction_version: i16,
+        verification_guard: VerificationGuard,
+        now_ms: i64,
+    ) -> Result<LogAppendInfo, PartitionError> {
         let (info, hw_moved) = {
             let st = self.state.read();
             self.check_leader(&st)?;
@@ -554,11 +597,12 @@ impl Partition {
                     ));
                 }
             }
-            let info = log.log.append_as_leader_with_txn_version(
+            let info = log.log.append_as_leader_verified(
                 records,
                 st.leader_epoch,
                 origin,
                 transaction_version,
+                verification_guard,
                 now_ms,
             )?;
             let repl = st.replication.lock();

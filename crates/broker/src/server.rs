@@ -73,6 +73,9 @@ pub struct Broker {
     /// The transaction coordinator: shards for the `__transaction_state` partitions this
     /// broker leads.
     pub transaction_coordinator: Arc<strom_transaction_coordinator::TransactionCoordinatorService>,
+    /// KIP-890: asks transaction coordinators about the partitions produces open transactions
+    /// in.
+    pub add_partitions_to_txn_manager: Arc<crate::txn_verification::AddPartitionsToTxnManager>,
     /// Requests being handled, so that shutdown closes the logs only after the last of them
     /// (no append after the clean-shutdown marker).
     pub(crate) in_flight: crate::connection::InFlight,
@@ -363,6 +366,13 @@ impl Server {
                 replica_manager.clone(),
             ),
         );
+        let add_partitions_to_txn_manager = crate::txn_verification::AddPartitionsToTxnManager::new(
+            config.node_id,
+            metadata.clone(),
+            inter_broker.clone(),
+            transaction_coordinator.clone(),
+            std::time::Duration::from_secs(30),
+        );
         controller.set_publisher(metadata_loader.sink());
         if config.controller_quorum.is_none() {
             metadata_loader.caught_up().await;
@@ -404,6 +414,7 @@ impl Server {
             inter_broker,
             group_coordinator,
             transaction_coordinator,
+            add_partitions_to_txn_manager,
             in_flight: crate::connection::InFlight::default(),
         });
         // Kafka connections on the controller listener wait for this.

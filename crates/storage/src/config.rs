@@ -37,6 +37,10 @@ pub struct LogConfig {
     pub message_timestamp_type: TimestampType,
     /// The broker's `producer.id.expiration.ms`: idle producers' state is dropped after it.
     pub producer_id_expiration_ms: i64,
+    /// The broker's `transaction.partition.verification.enable` (KIP-890 part 1): a client's
+    /// transactional batch that opens a transaction in the partition must carry the guard of
+    /// its verification with the transaction coordinator. Off unless the broker turns it on.
+    pub transaction_verification_enabled: bool,
 }
 
 impl Default for LogConfig {
@@ -54,6 +58,7 @@ impl Default for LogConfig {
             file_delete_delay_ms: 60_000,
             message_timestamp_type: TimestampType::CreateTime,
             producer_id_expiration_ms: 86_400_000,
+            transaction_verification_enabled: false,
         }
     }
 }

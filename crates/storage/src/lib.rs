@@ -45,6 +45,7 @@ pub mod producer_state;
 mod reader;
 pub mod segment;
 pub mod txn_index;
+pub mod verification;
 
 use std::path::PathBuf;
 

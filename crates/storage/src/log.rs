@@ -17,6 +17,7 @@ use crate::producer_state::{PlacedBatch, Prepared, ProducerBatch, ProducerStateM
 use crate::reader::{LogReader, Shared};
 use crate::segment::{log_file_name, offset_index_file_name, time_index_file_name, LogSegment};
 use crate::txn_index::txn_index_file_name;
+use crate::verification::VerificationGuard;
 use crate::{AppendOrigin, FetchDataInfo, LogAppendInfo, StorageError, TimestampAndOffset};
 
 /// ListOffsets' special timestamps, as Kafka's `ListOffsetsRequest`.
@@ -207,7 +208,8 @@ impl UnifiedLog {
             .next_back()
             .expect("non-empty")
             .next_offset();
-        let producer_state = ProducerStateManager::new(dir, config.producer_id_expiration_ms)?;
+        let mut producer_state = ProducerStateManager::new(dir, config.producer_id_expiration_ms)?;
+        producer_state.set_verification_enabled(config.transaction_verification_enabled);
         let (leader_epoch_cache, epochs_found) = match LeaderEpochFileCache::load(dir) {
             Ok(loaded) => loaded,
             Err(e) => {
@@ -364,6 +366,27 @@ impl UnifiedLog {
         transaction_version: i16,
         now_ms: i64,
     ) -> Result<LogAppendInfo, StorageError> {
+        self.append_as_leader_verified(
+            records,
+            leader_epoch,
+            origin,
+            transaction_version,
+            VerificationGuard::SENTINEL,
+            now_ms,
+        )
+    }
+
+    /// [`Self::append_as_leader_with_txn_version`] carrying the guard of the KIP-890
+    /// verification its transactional batch went through (see [`crate::verification`]).
+    pub fn append_as_leader_verified(
+        &mut self,
+        records: &[u8],
+        leader_epoch: i32,
+        origin: AppendOrigin,
+        transaction_version: i16,
+        verification_guard: VerificationGuard,
+        now_ms: i64,
+    ) -> Result<LogAppendInfo, StorageError> {
         let analyzed = self.analyze(records, origin, None)?;
         if analyzed.batches == 0 {
             return Ok(self.empty_append_info());
@@ -383,22 +406,26 @@ impl UnifiedLog {
                 }
             })
             .collect();
-        let producer_append =
-            match self.prepare_producer_append(&placed, origin, transaction_version)? {
-                Prepared::Append(a) => a,
-                Prepared::Duplicate(dup) => {
-                    // A retry of a batch already in the log: answer with where it went.
-                    return Ok(LogAppendInfo {
-                        first_offset: dup.first_offset(),
-                        last_offset: dup.last_offset,
-                        max_timestamp: dup.timestamp,
-                        log_append_time: -1,
-                        num_messages: 0,
-                        valid_bytes: 0,
-                        log_start_offset: self.log_start_offset,
-                    });
-                }
-            };
+        let producer_append = match self.prepare_producer_append(
+            &placed,
+            origin,
+            transaction_version,
+            verification_guard,
+        )? {
+            Prepared::Append(a) => a,
+            Prepared::Duplicate(dup) => {
+                // A retry of a batch already in the log: answer with where it went.
+                return Ok(LogAppendInfo {
+                    first_offset: dup.first_offset(),
+                    last_offset: dup.last_offset,
+                    max_timestamp: dup.timestamp,
+                    log_append_time: -1,
+                    num_messages: 0,
+                    valid_bytes: 0,
+                    log_start_offset: self.log_start_offset,
+                });
+            }
+        };
         let log_append = self.config.message_timestamp_type == TimestampType::LogAppendTime;
         let mut buf = records.to_vec();
         let first_offset = self.log_end_offset;
@@ -472,13 +499,17 @@ impl UnifiedLog {
         }
         // Replication only logs fenced epochs; as Kafka, it still refuses a non-transactional
         // batch inside an open transaction (the leader never wrote one).
-        let producer_append =
-            match self.prepare_producer_append(&placed, AppendOrigin::Replication, 0)? {
-                Prepared::Append(p) => p,
-                Prepared::Duplicate(_) => {
-                    unreachable!("replication is never checked for duplicates")
-                }
-            };
+        let producer_append = match self.prepare_producer_append(
+            &placed,
+            AppendOrigin::Replication,
+            0,
+            VerificationGuard::SENTINEL,
+        )? {
+            Prepared::Append(p) => p,
+            Prepared::Duplicate(_) => {
+                unreachable!("replication is never checked for duplicates")
+            }
+        };
         self.maybe_roll(
             records.len(),
             a.max_timestamp,
@@ -872,6 +903,8 @@ impl UnifiedLog {
     pub fn update_config(&mut self, config: LogConfig) {
         self.producer_state
             .set_expiration_ms(config.producer_id_expiration_ms);
+        self.producer_state
+            .set_verification_enabled(config.transaction_verification_enabled);
         for seg in self.segments.values_mut() {
             seg.update_config(&config);
         }

@@ -13,6 +13,7 @@ use crate::producer_state::{
     PlacedBatch, Prepared, ProducerAppend, ProducerBatch, ProducerStateError,
 };
 use crate::txn_index::AbortedTxn;
+use crate::verification::VerificationGuard;
 use crate::{AppendOrigin, StorageError};
 
 /// The end-transaction marker a control batch carries (`None`: empty, or another control
@@ -59,10 +60,34 @@ impl UnifiedLog {
         placed: &[PlacedBatch],
         origin: AppendOrigin,
         transaction_version: i16,
+        verification_guard: VerificationGuard,
     ) -> Result<Prepared, StorageError> {
         self.producer_state
-            .prepare_with_txn_version(placed, origin, transaction_version)
+            .prepare_verified(placed, origin, transaction_version, verification_guard)
             .map_err(producer_state_error)
+    }
+
+    /// Kafka's `UnifiedLog.maybeStartTransactionVerification`: the guard a client's
+    /// transactional batch must carry once the coordinator verified it (the sentinel when the
+    /// producer's transaction is open here at `epoch`: nothing to verify).
+    pub fn maybe_start_transaction_verification(
+        &mut self,
+        producer_id: i64,
+        sequence: i32,
+        epoch: i16,
+        now_ms: i64,
+    ) -> VerificationGuard {
+        self.producer_state.maybe_start_transaction_verification(
+            producer_id,
+            sequence,
+            epoch,
+            now_ms,
+        )
+    }
+
+    /// The producer's verification guard (the sentinel when none is under way).
+    pub fn verification_guard(&self, producer_id: i64) -> VerificationGuard {
+        self.producer_state.verification_guard(producer_id)
     }
 
     /// After the batches are written (Kafka's tail of `UnifiedLog.append`): the producers'

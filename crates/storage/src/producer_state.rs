@@ -21,6 +21,7 @@ use strom_protocol::batch::{first_sequence, last_sequence};
 use strom_protocol::memory_records::{EndTxnMarker, TxnResult};
 
 use crate::segment::BatchHeader;
+use crate::verification::{VerificationGuard, VerificationStates};
 use crate::{AppendOrigin, StorageError};
 
 pub const NUM_BATCHES_TO_RETAIN: usize = 5;
@@ -162,6 +163,9 @@ pub struct ProducerAppend {
     started: Vec<TxnMetadata>,
     /// In log order.
     pub completed: Vec<CompletedTxn>,
+    /// Producers with a transactional batch or marker in the append: their verification (if
+    /// any) is over once it is written.
+    transactional_producers: Vec<i64>,
 }
 
 /// The outcome of checking a client append.
@@ -309,6 +313,11 @@ pub struct ProducerStateManager {
     /// Completed transactions whose marker the high watermark has not passed yet, by first
     /// offset (Kafka's `unreplicatedTxns`): they still hold the LSO back.
     unreplicated_txns: BTreeMap<i64, TxnMetadata>,
+    /// KIP-890 verifications under way (Kafka's `verificationStates`).
+    verification: VerificationStates,
+    /// Kafka's `transaction.partition.verification.enable` (the broker sets it): a client's
+    /// transactional batch that opens a transaction must carry the producer's guard.
+    verification_enabled: bool,
 }
 
 impl ProducerStateManager {
@@ -329,6 +338,8 @@ impl ProducerStateManager {
             expiration_ms,
             ongoing_txns: BTreeMap::new(),
             unreplicated_txns: BTreeMap::new(),
+            verification: VerificationStates::default(),
+            verification_enabled: false,
         })
     }
 
@@ -338,6 +349,41 @@ impl ProducerStateManager {
 
     pub fn map_end_offset(&self) -> i64 {
         self.map_end_offset
+    }
+
+    pub fn set_verification_enabled(&mut self, enabled: bool) {
+        self.verification_enabled = enabled;
+    }
+
+    /// Whether `producer_id` has a transaction open here at `epoch` (Kafka's
+    /// `hasOngoingTransaction`).
+    pub fn has_ongoing_transaction(&self, producer_id: i64, epoch: i16) -> bool {
+        self.producers
+            .get(&producer_id)
+            .is_some_and(|e| e.producer_epoch == epoch && e.current_txn_first_offset.is_some())
+    }
+
+    /// Kafka's `maybeStartTransactionVerification`: the sentinel when the producer's
+    /// transaction is open here already (nothing to verify), else the guard of its
+    /// verification, started now if none is under way.
+    pub fn maybe_start_transaction_verification(
+        &mut self,
+        producer_id: i64,
+        sequence: i32,
+        epoch: i16,
+        now_ms: i64,
+    ) -> VerificationGuard {
+        if self.has_ongoing_transaction(producer_id, epoch) {
+            return VerificationGuard::SENTINEL;
+        }
+        self.verification
+            .maybe_create(producer_id, sequence, epoch, now_ms)
+            .guard
+    }
+
+    /// The producer's verification guard (the sentinel when none is under way).
+    pub fn verification_guard(&self, producer_id: i64) -> VerificationGuard {
+        self.verification.guard(producer_id)
     }
 
     pub fn set_expiration_ms(&mut self, ms: i64) {
@@ -360,6 +406,7 @@ impl ProducerStateManager {
         self.producers.clear();
         self.ongoing_txns.clear();
         self.unreplicated_txns.clear();
+        self.verification.clear_all();
         let above: Vec<i64> = self
             .snapshots
             .range(log_end_offset + 1..)
@@ -403,6 +450,33 @@ impl ProducerStateManager {
         Ok(log_start_offset)
     }
 
+    /// The KIP-890 checks of one client data batch (Kafka's `batchMissingRequiredVerification`
+    /// in `analyzeAndValidateProducerState` and the lowest-sequence check of
+    /// `ProducerAppendInfo.checkSequence`).
+    fn check_verification(
+        &self,
+        b: &ProducerBatch,
+        request_guard: VerificationGuard,
+    ) -> Result<(), ProducerStateError> {
+        if let Some(v) = self.verification.get(b.producer_id) {
+            if b.first_seq > v.lowest_sequence {
+                return Err(ProducerStateError::OutOfOrderSequence(format!(
+                    "Out of order sequence number for producer {}: {} (incoming seq. number), {} (earliest seen sequence)",
+                    b.producer_id, b.first_seq, v.lowest_sequence
+                )));
+            }
+        }
+        if b.is_transactional
+            && !self.has_ongoing_transaction(b.producer_id, b.producer_epoch)
+            && !self.verification.guard(b.producer_id).verify(request_guard)
+        {
+            return Err(ProducerStateError::InvalidTxnState(
+                "Record was not part of an ongoing transaction".to_string(),
+            ));
+        }
+        Ok(())
+    }
+
     fn is_expired(&self, now_ms: i64, e: &ProducerStateEntry) -> bool {
         e.current_txn_first_offset.is_none() && now_ms - e.last_timestamp >= self.expiration_ms
     }
@@ -428,6 +502,26 @@ impl ProducerStateManager {
         origin: AppendOrigin,
         transaction_version: i16,
     ) -> Result<Prepared, ProducerStateError> {
+        self.prepare_verified(
+            batches,
+            origin,
+            transaction_version,
+            VerificationGuard::SENTINEL,
+        )
+    }
+
+    /// [`Self::prepare_with_txn_version`] of a client append that carries `request_guard`
+    /// (KIP-890): with verification enabled, a client's transactional batch for a producer
+    /// whose transaction is not open here is refused (INVALID_TXN_STATE) unless the guard is
+    /// the one its verification was started with, and no batch may overtake the lowest
+    /// sequence seen while verifying.
+    pub fn prepare_verified(
+        &self,
+        batches: &[PlacedBatch],
+        origin: AppendOrigin,
+        transaction_version: i16,
+        request_guard: VerificationGuard,
+    ) -> Result<Prepared, ProducerStateError> {
         let mut append = ProducerAppend::default();
         for p in batches.iter().filter(|p| p.batch.producer_id >= 0) {
             let b = &p.batch;
@@ -438,6 +532,12 @@ impl ProducerStateManager {
                 }) {
                     return Ok(Prepared::Duplicate(dup));
                 }
+            }
+            if b.is_transactional && !append.transactional_producers.contains(&b.producer_id) {
+                append.transactional_producers.push(b.producer_id);
+            }
+            if origin == AppendOrigin::Client && self.verification_enabled && !b.is_control {
+                self.check_verification(b, request_guard)?;
             }
             let entry = append.updated.entry(b.producer_id).or_insert_with(|| {
                 current
@@ -546,6 +646,10 @@ impl ProducerStateManager {
     pub fn apply(&mut self, append: &ProducerAppend) {
         for (id, e) in &append.updated {
             self.producers.insert(*id, e.clone());
+        }
+        // Written: the transaction is open (or over) in the log, the verification done with.
+        for id in &append.transactional_producers {
+            self.verification.clear(*id);
         }
         for t in &append.started {
             self.ongoing_txns.insert(t.first_offset, *t);
@@ -685,6 +789,7 @@ impl ProducerStateManager {
     pub fn remove_expired_producers(&mut self, now_ms: i64) -> usize {
         let before = self.producers.len();
         let expiration = self.expiration_ms;
+        self.verification.remove_expired(now_ms, expiration);
         self.producers.retain(|_, e| {
             !(e.current_txn_first_offset.is_none() && now_ms - e.last_timestamp >= expiration)
         });
@@ -798,3 +903,7 @@ pub fn read_snapshot(bytes: &[u8]) -> Result<Vec<ProducerStateEntry>, StorageErr
 #[cfg(test)]
 #[path = "producer_state_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "producer_verification_tests.rs"]
+mod verification_tests;

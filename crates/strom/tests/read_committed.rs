@@ -36,6 +36,9 @@ use strom_protocol::records::{
 };
 
 const TOPIC: &str = "rc";
+/// These tests write transactional batches without a transaction coordinator (markers come
+/// from WriteTxnMarkers directly), so KIP-890's verification with the coordinator is off.
+const NO_VERIFICATION: &str = "transaction.partition.verification.enable=false";
 const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
 const INVALID_PRODUCER_EPOCH: i16 = 47;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
@@ -250,7 +253,7 @@ fn offsets(range: std::ops::Range<i64>, controls: &[i64]) -> Vec<(i64, bool)> {
 
 #[test]
 fn read_committed_fetch_list_offsets_and_markers_survive_sigkill() {
-    let mut broker = Broker::start();
+    let mut broker = Broker::start_with(&[NO_VERIFICATION]);
     create_topic(&broker, TOPIC, 1, &[]);
     let (a, b, c_pid) = block_on(async {
         let c = connect(&broker).await;
@@ -567,7 +570,7 @@ fn same_fetch_answers_as_kafka() {
     }
     let kafka = common::kafka_ref::KafkaRef::start();
     let mut java = JavaTxn::start(&kafka.bootstrap());
-    let broker = Broker::start();
+    let broker = Broker::start_with(&[NO_VERIFICATION]);
     create_topic(&broker, TOPIC, 1, &[]);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -615,7 +618,7 @@ fn same_fetch_answers_as_kafka() {
 #[test]
 fn a_new_leader_has_the_same_lso_and_aborted_list() {
     use common::cluster::{self, Cluster};
-    let mut c = Cluster::start(3);
+    let mut c = Cluster::start_with(3, &[NO_VERIFICATION]);
     cluster::create_topic(&c, &[1], TOPIC, 1, 3).unwrap();
     let leader = cluster::eventually("a leader", || {
         let (_, _, leaders) = cluster::metadata(&c, 1, TOPIC);

@@ -37,6 +37,10 @@ pub struct TxnMarkerEntry {
     /// leader refuses markers from an older coordinator (TRANSACTION_COORDINATOR_FENCED).
     pub coordinator_epoch: i32,
     pub partitions: Vec<TxnPartition>,
+    /// The transaction's client transaction version (WriteTxnMarkers v2's
+    /// `transaction_version`): from 2 on, the partition leaders check the marker's epoch as
+    /// one the coordinator bumped.
+    pub transaction_version: i16,
 }
 
 /// What became of one partition's marker.

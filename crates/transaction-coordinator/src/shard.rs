@@ -198,6 +198,7 @@ impl TransactionShard {
                 },
                 coordinator_epoch: epoch,
                 partitions: md.topic_partitions.iter().cloned().collect(),
+                transaction_version: md.client_transaction_version.feature_level(),
             },
         }
     }

@@ -17,7 +17,7 @@ use strom_controller::{CreateTopicSpec, MetadataDelta, MetadataImage};
 use strom_protocol::kafka::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
-use strom_protocol::kafka::messages::{ProducerId, TopicName, WriteTxnMarkersRequest};
+use strom_protocol::kafka::messages::{ApiKey, ProducerId, TopicName, WriteTxnMarkersRequest};
 use strom_protocol::kafka::protocol::StrBytes;
 use strom_protocol::memory_records::TxnResult;
 use strom_protocol::ErrorCode;
@@ -59,8 +59,10 @@ pub const BROKER_CONFIGS: &[(&str, i8, &str)] = &[
     ("transactional.id.expiration.ms", 3, "604800000"),
 ];
 
-/// WriteTxnMarkers' only version.
-const WRITE_TXN_MARKERS_VERSION: i16 = 1;
+/// WriteTxnMarkers v1, and v2 (KIP-890: with the transaction version), sent when the leader
+/// serves it.
+const WRITE_TXN_MARKERS_V1: i16 = 1;
+const WRITE_TXN_MARKERS_V2: i16 = 2;
 
 /// Starts the transaction coordinator over `replica_manager`'s partitions.
 pub fn start_transaction_coordinator(
@@ -254,12 +256,22 @@ impl BrokerMarkerChannel {
         for (t, p) in partitions {
             by_topic.entry(t.as_str()).or_default().push(*p);
         }
+        let version = match conn.broker_versions().range(ApiKey::WriteTxnMarkers) {
+            Some((_, max)) if max >= WRITE_TXN_MARKERS_V2 => WRITE_TXN_MARKERS_V2,
+            _ => WRITE_TXN_MARKERS_V1,
+        };
         let req =
             WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
                 .with_producer_id(ProducerId(entry.producer_id))
                 .with_producer_epoch(entry.producer_epoch)
                 .with_transaction_result(entry.result == TxnResult::Commit)
                 .with_coordinator_epoch(entry.coordinator_epoch)
+                // v1 has no such field (the leader takes the original protocol).
+                .with_transaction_version(if version >= WRITE_TXN_MARKERS_V2 {
+                    entry.transaction_version as i8
+                } else {
+                    0
+                })
                 .with_topics(
                     by_topic
                         .into_iter()
@@ -270,7 +282,7 @@ impl BrokerMarkerChannel {
                         })
                         .collect(),
                 )]);
-        match conn.send(&req, WRITE_TXN_MARKERS_VERSION).await {
+        match conn.send(&req, version).await {
             Ok(resp) => {
                 let mut answered: HashMap<TxnPartition, i16> = HashMap::new();
                 for m in resp.markers {

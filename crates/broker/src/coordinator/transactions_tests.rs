@@ -197,6 +197,7 @@ fn entry(partitions: &[(&str, i32)]) -> TxnMarkerEntry {
         producer_epoch: 3,
         result: TxnResult::Commit,
         coordinator_epoch: 9,
+        transaction_version: 2,
         partitions: partitions
             .iter()
             .map(|(t, p)| (t.to_string(), *p))

@@ -4,7 +4,13 @@
 //! [`crate::replication::delayed_produce`]); `min.insync.replicas` is checked before the append
 //! (NOT_ENOUGH_REPLICAS, under the partition's lock with the append) and at completion
 //! (NOT_ENOUGH_REPLICAS_AFTER_APPEND), as in Kafka.
+//!
+//! KIP-890: a transactional batch that would open a transaction in a partition is appended only
+//! once the transaction coordinator confirmed the partition is in the producer's transaction
+//! (Produce v3-v11) or added it (v12, transactions v2), with the verification guard taken
+//! before asking ([`verify_transactional_batches`], [`crate::txn_verification`]).
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,12 +21,14 @@ use strom_protocol::kafka::messages::produce_response::{
 };
 use strom_protocol::kafka::messages::{ProduceRequest, ProduceResponse};
 use strom_protocol::ErrorCode;
+use strom_storage::verification::VerificationGuard;
 use strom_storage::AppendOrigin;
 
 use super::str_bytes;
 use crate::partition::{Partition, PartitionError};
 use crate::replication::{wait_for_acks, AckResult};
 use crate::server::Broker;
+use crate::txn_verification::{TopicPartition, TransactionSupportedOperation};
 
 /// An acks=all append waiting for the HW: (topic index, partition index) in the response, the
 /// partition and the offset the HW must reach.
@@ -67,12 +75,17 @@ pub async fn handle_for_client(
     }
     if req.transactional_id.is_none() && has_transactional_records(&req) {
         // Kafka authorizes transactional batches by the request's transactional id; without
-        // one, nothing is written. (With one, batches are appended: KIP-890 verification with
-        // the transaction coordinator is the lead's part.)
+        // one, nothing is written.
         return error_response(req, ErrorCode::TransactionalIdAuthorizationFailed);
     }
+    // KIP-890: the transaction coordinator is asked first (no lock is held meanwhile); the
+    // appends then carry the guards their verification started with.
+    let verified = match verify_transactional_batches(broker, &req, version).await {
+        Ok(v) => v,
+        Err(code) => return error_response(req, code),
+    };
     let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
-    let (mut resp, pending) = append_all(broker, req, version, internal_topics_allowed);
+    let (mut resp, pending) = append_all(broker, req, version, internal_topics_allowed, &verified);
     if pending.is_empty() {
         return resp;
     }
@@ -85,6 +98,141 @@ pub async fn handle_for_client(
         }
     }
     resp
+}
+
+/// The outcome of a produce's KIP-890 verification: per partition, the guard its append must
+/// carry, or the error that refuses it.
+#[derive(Default)]
+struct Verified {
+    guards: HashMap<TopicPartition, VerificationGuard>,
+    errors: HashMap<TopicPartition, ErrorCode>,
+}
+
+/// The producer of a partition's batch if it is transactional: (producer id, epoch, base
+/// sequence).
+fn transactional_producer(records: &[u8]) -> Option<(i64, i16, i32)> {
+    let b = BatchIter::new(records).next()?.ok()?;
+    (b.is_transactional() && b.producer_id() >= 0)
+        .then(|| (b.producer_id(), b.producer_epoch(), b.base_sequence()))
+}
+
+/// Kafka's `handleProduceAppend` before the append: each partition whose transactional batch
+/// would open a transaction here gets a verification guard, and the transaction coordinator is
+/// asked about them all at once ([`crate::txn_verification`]). A request whose transactional
+/// batches name more than one producer is refused whole (INVALID_PRODUCER_ID_MAPPING).
+async fn verify_transactional_batches(
+    broker: &Arc<Broker>,
+    req: &ProduceRequest,
+    version: i16,
+) -> Result<Verified, ErrorCode> {
+    let mut verified = Verified::default();
+    let Some(transactional_id) = req.transactional_id.as_ref().map(|t| t.0.to_string()) else {
+        return Ok(verified);
+    };
+    let mut producers: HashSet<(i64, i16)> = HashSet::new();
+    let mut batches: Vec<(TopicPartition, i32)> = Vec::new();
+    for t in &req.topic_data {
+        for p in &t.partition_data {
+            let Some((pid, epoch, seq)) = p.records.as_deref().and_then(transactional_producer)
+            else {
+                continue;
+            };
+            producers.insert((pid, epoch));
+            batches.push(((t.name.0.to_string(), p.index), seq));
+        }
+    }
+    if producers.len() > 1 {
+        return Err(ErrorCode::InvalidProducerIdMapping);
+    }
+    let Some(&(producer_id, producer_epoch)) = producers.iter().next() else {
+        return Ok(verified);
+    };
+    if !broker.config.transaction_partition_verification_enable {
+        return Ok(verified);
+    }
+    let now = crate::now_ms();
+    for ((topic, index), seq) in batches {
+        let guard = broker
+            .replica_manager
+            .get_partition_or_error(&topic, index)
+            .and_then(|p| {
+                p.maybe_start_transaction_verification(producer_id, seq, producer_epoch, now)
+                    .map_err(|e| e.error_code())
+            });
+        match guard {
+            Ok(g) if g.is_sentinel() => {}
+            Ok(g) => {
+                verified.guards.insert((topic, index), g);
+            }
+            Err(code) => {
+                verified.errors.insert((topic, index), code);
+            }
+        }
+    }
+    if verified.guards.is_empty() {
+        return Ok(verified);
+    }
+    let partitions: Vec<TopicPartition> = verified.guards.keys().cloned().collect();
+    let op = TransactionSupportedOperation::for_produce_version(version);
+    tracing::debug!(transactional_id = %transactional_id, version, ?op, ?partitions, "verifying a transactional produce with the coordinator");
+    let errors = broker
+        .add_partitions_to_txn_manager
+        .verify_transaction(
+            &transactional_id,
+            producer_id,
+            producer_epoch,
+            &partitions,
+            op,
+        )
+        .await;
+    if !errors.is_empty() {
+        tracing::debug!(transactional_id = %transactional_id, ?errors, "produce partitions not verified");
+    }
+    verified.errors.extend(errors);
+    Ok(verified)
+}
+
+/// Kafka's translation of a verification error for the producer (`ReplicaManager`'s
+/// `postVerificationCallback`): retriable coordinator errors become NOT_ENOUGH_REPLICAS, which
+/// every client retries without a metadata refresh; except CONCURRENT_TRANSACTIONS for a
+/// transactions-v2 producer (Produce v12), which knows it (it is common while the previous
+/// transaction completes).
+fn verification_error(
+    code: ErrorCode,
+    op: TransactionSupportedOperation,
+) -> (ErrorCode, Option<String>) {
+    match code {
+        ErrorCode::ConcurrentTransactions if op.supports_epoch_bump() => (code, None),
+        ErrorCode::InvalidTxnState => (
+            code,
+            Some("Partition was not added to the transaction".to_string()),
+        ),
+        ErrorCode::ConcurrentTransactions
+        | ErrorCode::NetworkException
+        | ErrorCode::CoordinatorLoadInProgress
+        | ErrorCode::CoordinatorNotAvailable
+        | ErrorCode::NotCoordinator => (
+            ErrorCode::NotEnoughReplicas,
+            Some(format!(
+                "Unable to verify the partition has been added to the transaction. Underlying error: {}",
+                error_name(code)
+            )),
+        ),
+        other => (other, None),
+    }
+}
+
+/// Kafka's `Errors` name of `code` (as its `toString` shows in messages).
+fn error_name(code: ErrorCode) -> String {
+    let camel = format!("{code:?}");
+    let mut out = String::new();
+    for (i, ch) in camel.chars().enumerate() {
+        if ch.is_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(ch.to_ascii_uppercase());
+    }
+    out
 }
 
 /// Kafka's `ProduceRequest.hasTransactionalRecords`: some partition's batch is transactional.
@@ -131,6 +279,7 @@ fn append_all(
     req: ProduceRequest,
     version: i16,
     internal_topics_allowed: bool,
+    verified: &Verified,
 ) -> (ProduceResponse, Vec<PendingAck>) {
     let acks_all = req.acks == -1;
     let mut pending: Vec<PendingAck> = Vec::new();
@@ -160,6 +309,12 @@ fn append_all(
                             .with_error_code(ErrorCode::InvalidTopicException.code())
                             .with_error_message(Some(str_bytes(&format!("Cannot append to internal topic {name}"))));
                     }
+                    let tp = (name.clone(), pd.index);
+                    if let Some(code) = verified.errors.get(&tp) {
+                        let op = TransactionSupportedOperation::for_produce_version(version);
+                        let (code, msg) = verification_error(*code, op);
+                        return resp.with_error_code(code.code()).with_error_message(msg.map(|m| str_bytes(&m)));
+                    }
                     let partition = match broker.replica_manager.get_partition_or_error(&name, pd.index) {
                         Ok(p) => p,
                         Err(code) => return resp.with_error_code(code.code()),
@@ -174,11 +329,8 @@ fn append_all(
                     if let Err((code, msg)) = check_one_batch(&records, version) {
                         return resp.with_error_code(code.code()).with_error_message(Some(str_bytes(&msg)));
                     }
-                    // lead: KIP-890 part 1 goes here: a transactional batch for a partition the
-                    // transaction coordinator has not verified is held until it answers
-                    // (Kafka's `maybeStartTransactionVerificationForPartition`); until then
-                    // transactional batches are appended as they come.
-                    match partition.append_records_to_leader(&records, AppendOrigin::Client, req.acks, leader_epoch, now) {
+                    let guard = verified.guards.get(&tp).copied().unwrap_or(VerificationGuard::SENTINEL);
+                    match partition.append_records_to_leader_verified(&records, AppendOrigin::Client, req.acks, leader_epoch, 0, guard, now) {
                         Ok(info) => {
                             if acks_all {
                                 pending.push((ti, pi, partition.clone(), info.last_offset + 1));
@@ -249,5 +401,42 @@ fn check_one_batch(records: &[u8], version: i16) -> Result<(), (ErrorCode, Strin
         None => Ok(()),
         Some(Ok(_)) => Err((ErrorCode::InvalidRecord, one())),
         Some(Err(e)) => Err((ErrorCode::CorruptMessage, e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod verification_tests {
+    use super::*;
+    use TransactionSupportedOperation::*;
+
+    #[test]
+    fn verification_errors_as_kafka_answers_them() {
+        assert_eq!(
+            verification_error(ErrorCode::InvalidTxnState, DefaultError),
+            (
+                ErrorCode::InvalidTxnState,
+                Some("Partition was not added to the transaction".to_string())
+            )
+        );
+        assert_eq!(
+            verification_error(ErrorCode::ConcurrentTransactions, GenericErrorSupported),
+            (
+                ErrorCode::NotEnoughReplicas,
+                Some("Unable to verify the partition has been added to the transaction. Underlying error: CONCURRENT_TRANSACTIONS".to_string())
+            )
+        );
+        // Transactions v2 producers are told CONCURRENT_TRANSACTIONS as it is.
+        assert_eq!(
+            verification_error(ErrorCode::ConcurrentTransactions, AddPartition),
+            (ErrorCode::ConcurrentTransactions, None)
+        );
+        assert_eq!(
+            verification_error(ErrorCode::NotCoordinator, AddPartition).0,
+            ErrorCode::NotEnoughReplicas
+        );
+        assert_eq!(
+            verification_error(ErrorCode::InvalidProducerEpoch, DefaultError),
+            (ErrorCode::InvalidProducerEpoch, None)
+        );
     }
 }

@@ -176,7 +176,9 @@ pub static REGISTRY: &[ApiEntry] = &[
     ApiEntry {
         key: ApiKey::Produce,
         min_version: 3,
-        max_version: 11,
+        // v12: transactions v2 (KIP-890), the broker adds partitions to the transaction. v13
+        // (topic ids) is not served.
+        max_version: 12,
         scopes: BROKER,
         forwardable: false,
         handle: produce,
@@ -216,7 +218,7 @@ pub static REGISTRY: &[ApiEntry] = &[
         BOTH,
         forward = false,
         ApiVersionsRequest,
-        |b, ctx, req, v| api_versions::handle(ctx, req)
+        |b, ctx, req, v| api_versions::handle(b, ctx, req)
     ),
     api!(
         CreateTopics,

@@ -118,6 +118,8 @@ pub async fn add_offsets_to_txn(
 }
 
 pub async fn end_txn(broker: &Arc<Broker>, req: EndTxnRequest, version: i16) -> EndTxnResponse {
+    // Which protocol clients use (v5+: transactions v2) shows in the debug log.
+    tracing::debug!(transactional_id = %req.transactional_id.0, version, committed = req.committed, "EndTxn");
     broker.transaction_coordinator.end_txn(req, version).await
 }
 
