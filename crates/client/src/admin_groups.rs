@@ -149,7 +149,7 @@ pub struct ListedOffset {
 pub type GroupResults<T> = BTreeMap<String, Result<T>>;
 
 /// Errors after which the group's coordinator must be looked up again.
-fn coordinator_moved(code: ErrorCode) -> bool {
+pub(crate) fn coordinator_moved(code: ErrorCode) -> bool {
     matches!(
         code,
         ErrorCode::NotCoordinator
@@ -162,7 +162,7 @@ fn group_id(s: &str) -> GroupId {
     GroupId(StrBytes::from_string(s.to_string()))
 }
 
-fn topic_name(s: &str) -> TopicName {
+pub(crate) fn topic_name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
 }
 
@@ -171,7 +171,7 @@ fn opt_epoch(e: i32) -> Option<i32> {
 }
 
 /// Groups `(topic, partition)` pairs by topic, partitions sorted.
-fn by_topic<'a>(tps: impl IntoIterator<Item = &'a Tp>) -> BTreeMap<String, Vec<i32>> {
+pub(crate) fn by_topic<'a>(tps: impl IntoIterator<Item = &'a Tp>) -> BTreeMap<String, Vec<i32>> {
     let mut m: BTreeMap<String, Vec<i32>> = BTreeMap::new();
     for (t, p) in tps {
         m.entry(t.clone()).or_default().push(*p);
@@ -185,7 +185,9 @@ fn by_topic<'a>(tps: impl IntoIterator<Item = &'a Tp>) -> BTreeMap<String, Vec<i
 
 /// Runs one request per connection concurrently (each already built for its negotiated
 /// version); results in input order.
-async fn fan_out<K, R>(requests: Vec<(K, Arc<Connection>, i16, R)>) -> Vec<(K, Result<R::Response>)>
+pub(crate) async fn fan_out<K, R>(
+    requests: Vec<(K, Arc<Connection>, i16, R)>,
+) -> Vec<(K, Result<R::Response>)>
 where
     K: Send + 'static,
     R: Request + Send + Sync + 'static,
@@ -217,7 +219,10 @@ where
 
 /// The version to use for `api`; the error names the group APIs, which the connection's
 /// generic name table does not know.
-fn version_for(conn: &Connection, api: strom_protocol::kafka::messages::ApiKey) -> Result<i16> {
+pub(crate) fn version_for(
+    conn: &Connection,
+    api: strom_protocol::kafka::messages::ApiKey,
+) -> Result<i16> {
     use strom_protocol::kafka::messages::ApiKey;
     conn.version_for(api).map_err(|e| match e {
         Error::UnsupportedVersion(_) => Error::UnsupportedVersion(match api {
@@ -230,6 +235,10 @@ fn version_for(conn: &Connection, api: strom_protocol::kafka::messages::ApiKey) 
             ApiKey::OffsetDelete => "OffsetDelete",
             ApiKey::DeleteGroups => "DeleteGroups",
             ApiKey::ListOffsets => "ListOffsets",
+            ApiKey::ListTransactions => "ListTransactions",
+            ApiKey::DescribeTransactions => "DescribeTransactions",
+            ApiKey::DescribeProducers => "DescribeProducers",
+            ApiKey::WriteTxnMarkers => "WriteTxnMarkers",
             _ => "request",
         }),
         other => other,
@@ -237,7 +246,7 @@ fn version_for(conn: &Connection, api: strom_protocol::kafka::messages::ApiKey) 
 }
 
 /// A copy of an error for each of the groups a failed request carried.
-fn dup(e: &Error) -> Error {
+pub(crate) fn dup(e: &Error) -> Error {
     match e {
         Error::Kafka { code, message } => Error::Kafka {
             code: *code,
@@ -260,7 +269,7 @@ fn dup(e: &Error) -> Error {
     }
 }
 
-fn kafka_err(code: i16, message: Option<&StrBytes>) -> Option<Error> {
+pub(crate) fn kafka_err(code: i16, message: Option<&StrBytes>) -> Option<Error> {
     Error::kafka(
         code,
         message.map(|m| m.to_string()).filter(|m| !m.is_empty()),
@@ -292,6 +301,16 @@ impl Admin {
         &self,
         groups: &[String],
     ) -> Result<GroupResults<BrokerInfo>> {
+        self.find_coordinators(0, groups).await
+    }
+
+    /// The coordinator of each key of `key_type` (0: group, 1: transactional id), as
+    /// [`Admin::find_group_coordinators`].
+    pub async fn find_coordinators(
+        &self,
+        key_type: i8,
+        groups: &[String],
+    ) -> Result<GroupResults<BrokerInfo>> {
         let mut out: GroupResults<BrokerInfo> = BTreeMap::new();
         let mut pending: Vec<String> = groups.to_vec();
         pending.sort();
@@ -299,7 +318,7 @@ impl Admin {
         let retries = self.client().config().retries;
         let mut attempt = 0;
         while !pending.is_empty() {
-            let round = self.find_coordinators_once(&pending).await;
+            let round = self.find_coordinators_once(key_type, &pending).await;
             let mut next = Vec::new();
             match round {
                 Ok(found) => {
@@ -327,7 +346,11 @@ impl Admin {
         Ok(out)
     }
 
-    async fn find_coordinators_once(&self, groups: &[String]) -> Result<GroupResults<BrokerInfo>> {
+    async fn find_coordinators_once(
+        &self,
+        key_type: i8,
+        groups: &[String],
+    ) -> Result<GroupResults<BrokerInfo>> {
         let conn = self.client().any_connection().await?;
         let version = version_for(
             &conn,
@@ -336,7 +359,7 @@ impl Admin {
         let mut requests = Vec::new();
         if version >= 4 {
             let mut req = FindCoordinatorRequest::default();
-            req.key_type = 0;
+            req.key_type = key_type;
             req.coordinator_keys = groups
                 .iter()
                 .map(|g| StrBytes::from_string(g.clone()))
@@ -345,7 +368,7 @@ impl Admin {
         } else {
             for g in groups {
                 let mut req = FindCoordinatorRequest::default();
-                req.key_type = 0;
+                req.key_type = key_type;
                 req.key = StrBytes::from_string(g.clone());
                 requests.push((vec![g.clone()], conn.clone(), version, req));
             }

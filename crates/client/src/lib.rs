@@ -6,7 +6,8 @@
 //! - [`Client`]: the cluster view: bootstrap servers, cached [`ClusterMetadata`], one connection
 //!   per broker, leader lookup and retries with backoff.
 //! - [`Admin`]: create/delete/list/describe topics, describe and alter topic configs, describe
-//!   the cluster.
+//!   the cluster; consumer groups ([`admin_groups`]) and transactions ([`admin_txn`]: list,
+//!   describe, describe producers, abort a hanging transaction).
 //! - [`Producer`]: a batching producer (record accumulator, linger, compression, acks, retries,
 //!   Kafka's murmur2 key partitioner and a sticky partitioner for null keys), idempotent by
 //!   default as Kafka's (producer id, epoch and per-partition sequences; see [`idempotence`]),
@@ -32,6 +33,7 @@
 
 pub mod admin;
 pub mod admin_groups;
+pub mod admin_txn;
 pub mod assignor;
 pub mod client;
 pub mod connection;

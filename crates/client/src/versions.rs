@@ -38,6 +38,11 @@ pub const CLIENT_VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetCommit, 2, 9),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::DeleteGroups, 0, 2),
+    // The transaction admin calls (admin_txn.rs). WriteTxnMarkers is the admin's abort.
+    (ApiKey::ListTransactions, 0, 2),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::WriteTxnMarkers, 1, 2),
 ];
 
 /// The client's range for `api`, if it implements it.

@@ -40,6 +40,9 @@ enum Command {
     /// List, describe and delete consumer groups, reset their offsets (like
     /// kafka-consumer-groups.sh).
     Groups(cli::groups::GroupsArgs),
+    /// List and describe transactions and producers, find and abort hanging transactions
+    /// (like kafka-transactions.sh).
+    Transactions(cli::transactions::TransactionsArgs),
     /// Produce lines from stdin (like kafka-console-producer.sh).
     Produce(cli::produce::ProduceArgs),
     /// Print records to stdout (like kafka-console-consumer.sh).
@@ -124,6 +127,7 @@ fn main() -> ExitCode {
             Command::DevCluster(args) => dev_cluster::run(args).await,
             Command::Topics(args) => cli::topics::run(args).await,
             Command::Groups(args) => cli::groups::run(args).await,
+            Command::Transactions(args) => cli::transactions::run(args).await,
             Command::Produce(args) => cli::produce::run(args).await,
             Command::Consume(args) => cli::consume::run(args).await,
             Command::DumpLog(args) => dump_log::run(args),

@@ -1,6 +1,7 @@
 //! `strom chaos nemesis`, 30 s with a fixed seed (and `--net` when the test runs as root): the
 //! run must find no violation, must have done faults, had records acknowledged and group
-//! commits acknowledged (consumer groups run by default), and must leave no server and (with
+//! commits acknowledged (consumer groups run by default), transactions committed (two
+//! transactional producers and read_committed consumers), and must leave no server and (with
 //! `--net`) no network namespace behind.
 
 mod common;
@@ -9,8 +10,8 @@ use std::process::Command;
 use std::time::Duration;
 
 /// Setup, 30 s of faults, recovery and checks take about a minute; the producers' delivery
-/// timeout can add one more.
-const LIMIT: Duration = Duration::from_secs(240);
+/// timeout can add one more, the wait for every transaction to be decided another.
+const LIMIT: Duration = Duration::from_secs(300);
 
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
@@ -41,6 +42,8 @@ fn nemesis_30s() {
         "30s",
         "--seed",
         "7",
+        "--txn-producers",
+        "2",
         "--data-dir",
     ])
     .arg(dir.path());
@@ -111,6 +114,12 @@ fn nemesis_30s() {
         field("group_commits") > 100,
         "too few group commits acknowledged:\n{out}"
     );
+    // The transactions ran and committed (the checker judged them: violations above).
+    assert!(
+        field("txn_committed") >= 10,
+        "too few transactions committed:\n{out}"
+    );
+    assert!(field("txn_aborted") >= 1, "no transaction aborted:\n{out}");
     // Shown with --nocapture.
     println!("{out}");
 }

@@ -249,6 +249,17 @@ impl Admin {
         partitions: &[Tp],
         spec: OffsetSpec,
     ) -> Result<BTreeMap<Tp, Result<ListedOffset>>> {
+        self.list_offsets_isolated(partitions, spec, 0).await
+    }
+
+    /// [`Admin::list_offsets`] at an isolation level (Kafka's `ListOffsetsOptions`): 1
+    /// (read_committed) answers the last stable offset for `Latest`.
+    pub async fn list_offsets_isolated(
+        &self,
+        partitions: &[Tp],
+        spec: OffsetSpec,
+        isolation_level: i8,
+    ) -> Result<BTreeMap<Tp, Result<ListedOffset>>> {
         use strom_protocol::kafka::messages::ApiKey;
         let mut out: BTreeMap<Tp, Result<ListedOffset>> = BTreeMap::new();
         let mut pending: Vec<Tp> = partitions.to_vec();
@@ -314,7 +325,7 @@ impl Admin {
                 let version = version_for(&conn, ApiKey::ListOffsets)?;
                 let mut req = ListOffsetsRequest::default();
                 req.replica_id = (-1).into();
-                req.isolation_level = 0;
+                req.isolation_level = isolation_level;
                 req.timeout_ms = timeout_ms;
                 req.topics = by_topic(&tps)
                     .into_iter()

@@ -14,7 +14,7 @@ use strom_client::admin_groups::{GroupDescription, OffsetSpec, Tp};
 use strom_client::{Admin, Error};
 
 use super::groups_format::{self as fmt, OffsetRow, Output};
-use super::DEFAULT_BOOTSTRAP;
+use super::{IsolationLevel, DEFAULT_BOOTSTRAP};
 
 /// Arguments of `strom groups`.
 #[derive(Debug, Args)]
@@ -108,6 +108,12 @@ pub struct GroupsArgs {
     /// With --reset-offsets: commit the new offsets.
     #[arg(long, global = true)]
     pub execute: bool,
+    /// With --describe: the isolation level of the end offsets the lag is measured to.
+    /// Kafka's tool reads them read_uncommitted (the high watermark, the default);
+    /// read_committed measures to the last stable offset, the lag a read_committed consumer
+    /// has while transactions are open (Strom's addition).
+    #[arg(long, global = true, value_enum, default_value_t = IsolationLevel::ReadUncommitted)]
+    pub isolation_level: IsolationLevel,
     /// Output format of list and describe.
     #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
     pub format: Format,
@@ -368,6 +374,9 @@ fn validate(action: Action, a: &GroupsArgs) -> Result<(), String> {
                 .into(),
         );
     }
+    if a.isolation_level != IsolationLevel::ReadUncommitted && action != Action::Describe {
+        return Err("Option [isolation-level] may be used with [describe] only".into());
+    }
     if a.group_type.is_some() && action != Action::List {
         return Err("Option [type] may be used with [list] only".into());
     }
@@ -495,7 +504,10 @@ async fn describe(a: &GroupsArgs, admin: &Admin) -> Result<Output, Failure> {
         per_group.insert(g.clone(), rows);
     }
     let tps: Vec<Tp> = all_tps.into_iter().collect();
-    let ends = admin.list_offsets(&tps, OffsetSpec::Latest).await?;
+    // read_committed: the LSO, so LAG is what a read_committed consumer still has to read.
+    let ends = admin
+        .list_offsets_isolated(&tps, OffsetSpec::Latest, a.isolation_level.wire())
+        .await?;
     for rows in per_group.values_mut() {
         for r in rows.iter_mut() {
             if let (Some(t), Some(p)) = (&r.topic, r.partition) {

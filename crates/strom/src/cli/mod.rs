@@ -1,4 +1,5 @@
-//! Command-line tools modelled on Kafka's: `strom topics`, `strom produce`, `strom consume`.
+//! Command-line tools modelled on Kafka's: `strom topics`, `strom groups`, `strom transactions`,
+//! `strom produce`, `strom consume`.
 //!
 //! Each tool is a clap `Args` struct plus `pub async fn run(args) -> anyhow::Result<()>`.
 
@@ -7,11 +8,32 @@ pub mod groups;
 mod groups_format;
 pub mod produce;
 pub mod topics;
+pub mod transactions;
 
+use clap::ValueEnum;
 use strom_client::{Client, ClientConfig};
 
 /// The default `--bootstrap-server`.
 pub const DEFAULT_BOOTSTRAP: &str = "localhost:9092";
+
+/// `--isolation-level`, spelled as Kafka's `isolation.level` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IsolationLevel {
+    #[value(name = "read_uncommitted")]
+    ReadUncommitted,
+    #[value(name = "read_committed")]
+    ReadCommitted,
+}
+
+impl IsolationLevel {
+    /// The ListOffsets wire value.
+    pub(crate) fn wire(self) -> i8 {
+        match self {
+            IsolationLevel::ReadUncommitted => 0,
+            IsolationLevel::ReadCommitted => 1,
+        }
+    }
+}
 
 /// Connects to the cluster with the tools' default settings.
 pub(crate) async fn connect(bootstrap: &str) -> strom_client::Result<Client> {

@@ -36,6 +36,11 @@ pub struct KafkaRef {
 
 impl KafkaRef {
     pub fn start() -> KafkaRef {
+        Self::start_with_props("")
+    }
+
+    /// A broker with extra `server.properties` lines (`key=value\n...`; later lines win).
+    pub fn start_with_props(props: &str) -> KafkaRef {
         let dir = tempfile::tempdir().expect("tempdir");
         // The controller listens on port + 1.
         let port = loop {
@@ -44,7 +49,11 @@ impl KafkaRef {
                 break p;
             }
         };
-        let out = Command::new(repo_root().join("scripts/kafka-ref.sh"))
+        let mut cmd = Command::new(repo_root().join("scripts/kafka-ref.sh"));
+        if !props.is_empty() {
+            cmd.env("KAFKA_REF_EXTRA_PROPS", props);
+        }
+        let out = cmd
             .arg("start")
             .arg(port.to_string())
             .arg(dir.path())

@@ -5,13 +5,15 @@
 //! everything is healed and checked: acknowledged records present exactly once, in order, at
 //! their acked offsets; nothing consumers saw vanished; replicas agree below the high
 //! watermark; all acked records readable and the ISR full again within 60 s; no group skipped
-//! a record, lost or moved back a committed offset, or had a partition owned twice.
+//! a record, lost or moved back a committed offset, or had a partition owned twice. With
+//! `--txn-producers`, transactional producers and read_committed consumers work on a topic of
+//! their own: no aborted record read, no committed transaction lost, none seen partly.
 //!
 //! This module owns the arguments and the run's phases; the parts are in `workload` (clients),
 //! `groups` (the group members and the OffsetFetch sampler), `groups_checker` (properties of
 //! the groups' histories), `nemesis` (faults), `checker` (properties over histories),
 //! `replicas` (log agreement) and
-//! `netns` (the test network); `unclean` is the known-unsafe scripted scenario of
+//! `netns` (the test network), `txn` and `txn_checker` (transactions); `unclean` is the known-unsafe scripted scenario of
 //! `--unsafe-unclean`, which must end in reported loss.
 
 mod checker;
@@ -21,6 +23,8 @@ mod groups_checker;
 mod nemesis;
 mod netns;
 mod replicas;
+mod txn;
+mod txn_checker;
 mod unclean;
 mod workload;
 
@@ -62,6 +66,17 @@ pub struct NemesisArgs {
     /// Partitions of the topic (replication factor 3, min.insync.replicas 2).
     #[arg(long, default_value_t = 3)]
     pub partitions: i32,
+    /// Transactional producers (0: no transactions). Each writes transactions to the topic
+    /// 'nemesis-txn' (same partitions, RF 3, min.insync.replicas 2), which as many
+    /// read_committed consumers as --consumers read throughout.
+    #[arg(long, default_value_t = 0)]
+    pub txn_producers: usize,
+    /// Records per transaction, spread over the partitions.
+    #[arg(long, default_value_t = 10)]
+    pub txn_size: usize,
+    /// Share of the transactions aborted on purpose.
+    #[arg(long, default_value_t = 0.3)]
+    pub txn_abort_ratio: f64,
     /// Parent of the run's data dir (a fresh DIR/nemesis-<seed>).
     #[arg(long, default_value = "./strom-chaos")]
     pub data_dir: PathBuf,
@@ -104,6 +119,14 @@ pub async fn run(args: NemesisArgs) -> anyhow::Result<()> {
     }
     if args.partitions < 1 || args.producers < 1 {
         bail!("--partitions and --producers must be at least 1");
+    }
+    if args.txn_producers > 0 {
+        if args.txn_size < 1 || !(0.0..=1.0).contains(&args.txn_abort_ratio) {
+            bail!("--txn-size must be at least 1 and --txn-abort-ratio within 0..=1");
+        }
+        if args.unsafe_unclean {
+            bail!("--unsafe-unclean is a scripted scenario without transactions");
+        }
     }
     let seed = args.seed.unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
@@ -207,6 +230,9 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         replicas: replication,
     };
     workload::set_up_topic(&probe, NODES as usize, &topic_configs, unsafe_mode).await?;
+    if args.txn_producers > 0 {
+        txn::set_up_topic(&probe.bootstrap, args.partitions, NODES as usize).await?;
+    }
     cluster.procs.check_alive()?;
     println!(
         "[{:7.2}s] cluster up, topic created, ISR full; starting the workload",
@@ -264,6 +290,31 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
                 .unwrap_or_default()
         );
     }
+    let mut txns = (args.txn_producers > 0).then(|| {
+        txn::TxnWorkload::start(
+            args.txn_producers,
+            args.consumers.max(1),
+            args.txn_size,
+            args.txn_abort_ratio,
+            seed,
+            &probe.bootstrap,
+            args.partitions,
+        )
+    });
+    if txns.is_some() {
+        println!(
+            "[{:7.2}s] transactions: {} transactional producers, {} records per transaction, \
+             {:.0}% aborted on purpose, {} read_committed consumers on '{}' (odd producers \
+             impatient: max.block.ms {} ms)",
+            start.elapsed().as_secs_f64(),
+            args.txn_producers,
+            args.txn_size,
+            args.txn_abort_ratio * 100.0,
+            args.consumers.max(1),
+            txn::TXN_TOPIC,
+            txn::max_block_ms(1)
+        );
+    }
     // Aborted on any early return, so that no task outlives the run.
     let _abort = AbortOnDrop(
         producers
@@ -271,11 +322,15 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
             .chain(consumers.iter())
             .map(|h| h.abort_handle())
             .chain(groups.abort_handles())
+            .chain(txns.iter().flat_map(|t| t.abort_handles()))
             .collect(),
     );
 
     let nemesis_start = Instant::now();
     let mut nem = nemesis::Nemesis::new(seed, args.net, start);
+    if txns.is_some() {
+        nem.txn_ids = (0..args.txn_producers).map(txn::transactional_id).collect();
+    }
     let r = if unsafe_mode {
         unclean::run(&mut nem, &mut cluster, lab.as_mut(), &probe, &shared).await
     } else {
@@ -298,6 +353,9 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         healed.elapsed().as_secs_f64()
     );
     shared.stop_producing.store(true, Ordering::Relaxed);
+    if let Some(t) = &txns {
+        t.stop_producing();
+    }
 
     // Recovery, timed from the healing: every record acknowledged so far below the HW and a
     // full ISR on every partition. (Records acknowledged later are below the HW when acked:
@@ -368,6 +426,10 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         let _ = c.await;
     }
     groups.finish().await;
+    let txn_run = match &mut txns {
+        Some(t) => Some(t.finish().await),
+        None => None,
+    };
 
     // Read everything back and check the history against it.
     let final_log = if hws.is_empty() {
@@ -416,6 +478,20 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         let (bad, n) = replicas::compare(p, hw, &logs);
         batches_compared += n;
         replica_problems.extend(bad);
+    }
+    // The transactions topic's replicas (every node: RF 3), markers included.
+    for (&p, &(_, hw)) in txn_run.iter().flat_map(|r| r.ends.iter()) {
+        let mut logs = Vec::new();
+        for &n in &all_nodes {
+            let pdir = cluster.node_dir(n).join(format!("{}-{p}", txn::TXN_TOPIC));
+            logs.push((
+                n,
+                replicas::read_batches(&pdir).context("reading a replica's log")?,
+            ));
+        }
+        let (bad, n) = replicas::compare(p, hw, &logs);
+        batches_compared += n;
+        replica_problems.extend(bad.into_iter().map(|b| format!("{}: {b}", txn::TXN_TOPIC)));
     }
     cluster.procs.check_alive()?;
     drop(cluster);
@@ -490,6 +566,14 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
             ));
         }
     }
+    if let (Some(w), Some(r)) = (&txns, &txn_run) {
+        txn::print_summary(w, r);
+        problems.extend(r.problems.iter().cloned());
+    }
+    let txn_violations: &[txn_checker::TxnViolation] = txn_run
+        .as_ref()
+        .map(|r| r.report.violations.as_slice())
+        .unwrap_or_default();
     let group_violations: Vec<&groups_checker::GroupViolation> = group_reports
         .iter()
         .flat_map(|(_, r)| &r.violations)
@@ -500,8 +584,14 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         *group_counts.entry(v.kind()).or_insert(0) += 1;
     }
     counts.extend(group_counts.iter().map(|(k, n)| format!("{k}={n}")));
-    let total =
-        report.violations.len() + group_violations.len() + replica_problems.len() + problems.len();
+    if let Some(r) = &txn_run {
+        counts.extend(r.report.counts().iter().map(|(k, n)| format!("{k}={n}")));
+    }
+    let total = report.violations.len()
+        + group_violations.len()
+        + txn_violations.len()
+        + replica_problems.len()
+        + problems.len();
     println!(
         "  violations: {total}{}",
         if counts.is_empty() {
@@ -522,14 +612,22 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
     if group_violations.len() > 10 {
         println!("    ... and {} more", group_violations.len() - 10);
     }
+    for v in txn_violations.iter().take(10) {
+        println!("    {v}");
+    }
+    if txn_violations.len() > 10 {
+        println!("    ... and {} more", txn_violations.len() - 10);
+    }
     for p in replica_problems.iter().chain(problems.iter()) {
         println!("    {p}");
     }
     let lost = report.counts().get("lost").copied().unwrap_or(0);
     let group_commits: u64 = group_reports.iter().map(|(_, r)| r.acked_commits).sum();
+    let txn_committed = txn_run.as_ref().map_or(0, |r| r.report.committed);
+    let txn_aborted = txn_run.as_ref().map_or(0, |r| r.report.aborted);
     println!(
         "nemesis-result: actions={} acked={} violations={total} lost={lost} \
-         group_commits={group_commits}",
+         group_commits={group_commits} txn_committed={txn_committed} txn_aborted={txn_aborted}",
         nem.total(),
         history.acked.len()
     );

@@ -62,6 +62,11 @@ pub enum Kind {
     /// `--net`: one follower of a partition cut off from that partition's leader only; it still
     /// reaches the third node and the clients (a non-transitive partition).
     CutFollower,
+    /// With transactions: SIGKILL the transaction coordinator of a transactional producer (the
+    /// leader of its `__transaction_state` partition), likely in the middle of a commit.
+    KillTxnCoordinator,
+    /// With transactions: SIGSTOP the transaction coordinator of a transactional producer.
+    PauseTxnCoordinator,
 }
 
 impl Kind {
@@ -75,10 +80,22 @@ impl Kind {
             Kind::IsolateLeader => "isolate-leader",
             Kind::Split => "split-2/1",
             Kind::CutFollower => "cut-follower",
+            Kind::KillTxnCoordinator => "kill-txn-coordinator",
+            Kind::PauseTxnCoordinator => "pause-txn-coordinator",
         }
     }
 
-    fn choices(net: bool) -> &'static [Kind] {
+    /// The kinds to draw from; the transaction coordinator's only with transactional
+    /// producers, appended so that runs without them keep their seeds' schedules.
+    fn choices(net: bool, txn: bool) -> Vec<Kind> {
+        let mut k = Self::base_choices(net).to_vec();
+        if txn {
+            k.extend([Kind::KillTxnCoordinator, Kind::PauseTxnCoordinator]);
+        }
+        k
+    }
+
+    fn base_choices(net: bool) -> &'static [Kind] {
         const PROCESS: &[Kind] = &[
             Kind::Kill,
             Kind::KillLeader,
@@ -120,6 +137,8 @@ pub struct Nemesis {
     pub skipped: u64,
     /// When the last fault was healed: the recovery deadline counts from here.
     pub last_heal: Option<Instant>,
+    /// The transactional ids of the run (whose coordinators the txn kinds target).
+    pub txn_ids: Vec<String>,
 }
 
 impl Nemesis {
@@ -131,6 +150,7 @@ impl Nemesis {
             done: BTreeMap::new(),
             skipped: 0,
             last_heal: None,
+            txn_ids: Vec::new(),
         }
     }
 
@@ -164,7 +184,7 @@ impl Nemesis {
         loop {
             // Decided before anything else so that the schedule depends on the seed only.
             let gap = self.rng.millis(1000, 3000);
-            let kinds = Kind::choices(self.net);
+            let kinds = Kind::choices(self.net, !self.txn_ids.is_empty());
             let kind = kinds[self.rng.range(0, kinds.len() as u64 - 1) as usize];
             let hold = self.rng.millis(2000, 6000);
             let pick_node = self.rng.range(1, nodes as u64) as i32;
@@ -274,6 +294,31 @@ impl Nemesis {
                 cluster.procs.pause(l)?;
                 Some(Fault::Paused(l))
             }
+            Kind::KillTxnCoordinator | Kind::PauseTxnCoordinator => {
+                let id = &self.txn_ids[pick_node as usize % self.txn_ids.len()];
+                let Some((p, l)) = txn_coordinator(probe, id).await else {
+                    self.log(&format!(
+                        "{}: no coordinator known for '{id}'; skipped",
+                        kind.name()
+                    ));
+                    return Ok(None);
+                };
+                if kind == Kind::KillTxnCoordinator {
+                    self.log(&format!(
+                        "SIGKILL node {l} (transaction coordinator of '{id}', \
+                         __transaction_state-{p})"
+                    ));
+                    cluster.procs.kill(l)?;
+                    Some(Fault::Killed(l))
+                } else {
+                    self.log(&format!(
+                        "SIGSTOP node {l} (transaction coordinator of '{id}', \
+                         __transaction_state-{p})"
+                    ));
+                    cluster.procs.pause(l)?;
+                    Some(Fault::Paused(l))
+                }
+            }
             Kind::IsolateLeader | Kind::Split | Kind::CutFollower => {
                 let lab = lab.context("network faults need --net")?;
                 let nodes = cluster.nodes();
@@ -370,4 +415,29 @@ impl Nemesis {
         }
         Ok(())
     }
+}
+
+/// The `__transaction_state` partition of `transactional_id` and its leader: Kafka routes a
+/// transactional id as a group id (`abs(hashCode) % partition count`).
+async fn txn_coordinator(probe: &Probe, transactional_id: &str) -> Option<(i32, i32)> {
+    let f = async {
+        let c = strom_client::Client::connect(super::workload::client_config(
+            &probe.bootstrap,
+            "nemesis-probe",
+        ))
+        .await
+        .ok()?;
+        let md = c.topic_metadata("__transaction_state").await.ok()?;
+        let n = md.partitions.len() as i32;
+        if n == 0 {
+            return None;
+        }
+        let p = strom_group_coordinator::topic::partition_for(transactional_id, n);
+        let l = md.partitions.iter().find(|m| m.partition == p)?.leader;
+        (l >= 0).then_some((p, l))
+    };
+    tokio::time::timeout(Duration::from_secs(6), f)
+        .await
+        .ok()
+        .flatten()
 }
