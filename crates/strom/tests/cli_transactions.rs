@@ -2,8 +2,8 @@
 //! run from the jars in `.cache/kafka-4.4/libs`) on the same broker, and the read_committed lag
 //! of `strom groups describe --isolation-level read_committed`.
 //!
-//! The scenario runs twice: on a Strom broker and on Apache Kafka 4.4 (`scripts/kafka-ref.sh`,
-//! with `transaction.partition.verification.enable=false` so that a marker-less transactional
+//! The scenario runs twice: on a Strom broker and on Apache Kafka 4.4 (`scripts/kafka-ref.sh`),
+//! both with `transaction.partition.verification.enable=false` so that a marker-less transactional
 //! write is accepted, as on the brokers KIP-664 was written for). On each broker:
 //! - a transactional producer (the Rust client's) leaves a transaction open on partition 0;
 //! - a "ghost" producer writes a transactional batch to partition 1 with Produce v9 and no
@@ -324,7 +324,8 @@ fn transactions_tool_matches_kafka_transactions_on_strom() {
     if !oracle_or_skip() {
         return;
     }
-    let broker = common::Broker::start();
+    // As the Kafka broker below: verification off, so the marker-less write is accepted.
+    let broker = common::Broker::start_with(&["transaction.partition.verification.enable=false"]);
     scenario(&broker.bootstrap());
 }
 

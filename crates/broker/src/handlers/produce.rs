@@ -147,7 +147,12 @@ async fn verify_transactional_batches(
     let Some(&(producer_id, producer_epoch)) = producers.iter().next() else {
         return Ok(verified);
     };
-    if !broker.config.transaction_partition_verification_enable {
+    // With verification off a transactions-v1 produce is appended unchecked; a v2 one (Produce
+    // v12) still adds its partitions, since its producer sends no AddPartitionsToTxn (Kafka's
+    // ReplicaManager does the same).
+    if !broker.config.transaction_partition_verification_enable
+        && !TransactionSupportedOperation::for_produce_version(version).supports_epoch_bump()
+    {
         return Ok(verified);
     }
     let now = crate::now_ms();

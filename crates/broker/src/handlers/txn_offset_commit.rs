@@ -27,16 +27,19 @@ pub async fn txn_offset_commit(
     // offsets are written. Kafka's coordinator runtime asks the transaction coordinator first
     // (`maybeStartTransactionVerification` of the offsets partition): with transactions v2
     // (v5+) it adds the partition, before that it checks that AddOffsetsToTxn added it.
-    if b.config.transaction_partition_verification_enable && !req.group_id.0.is_empty() {
+    let op = match ctx.api_version {
+        v if v >= 5 => TransactionSupportedOperation::AddPartition,
+        4 => TransactionSupportedOperation::GenericErrorSupported,
+        _ => TransactionSupportedOperation::DefaultError,
+    };
+    // With verification off only transactions v2 asks (it has no AddOffsetsToTxn to add the
+    // partition otherwise), as for a produce.
+    let ask = b.config.transaction_partition_verification_enable || op.supports_epoch_bump();
+    if ask && !req.group_id.0.is_empty() {
         let tp = (
             GROUP_METADATA_TOPIC_NAME.to_string(),
             b.group_coordinator.partition_for(&req.group_id.0),
         );
-        let op = match ctx.api_version {
-            v if v >= 5 => TransactionSupportedOperation::AddPartition,
-            4 => TransactionSupportedOperation::GenericErrorSupported,
-            _ => TransactionSupportedOperation::DefaultError,
-        };
         let errors = b
             .add_partitions_to_txn_manager
             .verify_transaction(
