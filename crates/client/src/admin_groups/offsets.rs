@@ -270,40 +270,25 @@ impl Admin {
         let mut attempt = 0;
         while !pending.is_empty() {
             let last = attempt >= retries;
-            let topics: Vec<String> = by_topic(&pending).into_keys().collect();
-            let md = self
-                .client()
-                .retry(|| self.client().refresh_metadata(Some(&topics)))
-                .await?;
-            let mut leaders: HashMap<Tp, i32> = HashMap::new();
-            let mut topic_errors: HashMap<String, i16> = HashMap::new();
-            for t in &md.topics {
-                let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
-                if t.error_code != 0 {
-                    topic_errors.insert(name.clone(), t.error_code);
-                }
-                for p in &t.partitions {
-                    leaders.insert((name.clone(), p.partition_index), p.leader_id.0);
-                }
-            }
+            let leaders = self.leaders(&pending).await?;
             let mut next = Vec::new();
             let mut by_leader: BTreeMap<i32, Vec<Tp>> = BTreeMap::new();
             for tp in pending {
                 match leaders.get(&tp) {
-                    Some(&l) if l >= 0 => by_leader.entry(l).or_default().push(tp),
-                    Some(_) if !last => next.push(tp),
-                    Some(_) => {
-                        out.insert(tp, Err(Error::kafka(5, None).unwrap_or(Error::Closed)));
+                    Some(Ok(l)) => by_leader.entry(*l).or_default().push(tp),
+                    // An unknown partition is final here (Kafka's ListOffsets handler fails it).
+                    Some(Err(e))
+                        if e.is_retriable()
+                            && !last
+                            && e.code() != Some(ErrorCode::UnknownTopicOrPartition) =>
+                    {
+                        next.push(tp)
+                    }
+                    Some(Err(e)) => {
+                        out.insert(tp, Err(dup(e)));
                     }
                     None => {
-                        let code = topic_errors.get(&tp.0).copied().unwrap_or(3);
-                        let e = Error::kafka(code, None)
-                            .unwrap_or(Error::Protocol("unknown partition".into()));
-                        if e.is_retriable() && !last && code != 3 {
-                            next.push(tp);
-                        } else {
-                            out.insert(tp, Err(e));
-                        }
+                        out.insert(tp, Err(Error::Protocol("no metadata".into())));
                     }
                 }
             }
@@ -404,6 +389,50 @@ impl Admin {
                 tokio::time::sleep(self.client().config().backoff(attempt)).await;
                 attempt += 1;
             }
+        }
+        Ok(out)
+    }
+
+    /// The leader of each partition from fresh metadata; an error for partitions whose topic
+    /// does not exist or that have no leader (LEADER_NOT_AVAILABLE). Shared by the calls sent
+    /// to partition leaders (ListOffsets, DescribeProducers, WriteTxnMarkers).
+    pub(crate) async fn leaders(&self, partitions: &[Tp]) -> Result<HashMap<Tp, Result<i32>>> {
+        let topics: Vec<String> = by_topic(partitions).into_keys().collect();
+        let md = self
+            .client()
+            .retry(|| self.client().refresh_metadata(Some(&topics)))
+            .await?;
+        let mut leaders: HashMap<Tp, i32> = HashMap::new();
+        let mut topic_errors: HashMap<String, i16> = HashMap::new();
+        for t in &md.topics {
+            let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+            if t.error_code != 0 {
+                topic_errors.insert(name.clone(), t.error_code);
+            }
+            for p in &t.partitions {
+                leaders.insert((name.clone(), p.partition_index), p.leader_id.0);
+            }
+        }
+        let mut out = HashMap::new();
+        for tp in partitions {
+            let r = match leaders.get(tp) {
+                Some(&l) if l >= 0 => Ok(l),
+                Some(_) => Err(Error::Kafka {
+                    code: ErrorCode::LeaderNotAvailable,
+                    message: None,
+                }),
+                None => {
+                    let code = topic_errors
+                        .get(&tp.0)
+                        .copied()
+                        .unwrap_or(ErrorCode::UnknownTopicOrPartition.code());
+                    Err(Error::kafka(code, None).unwrap_or(Error::Kafka {
+                        code: ErrorCode::UnknownTopicOrPartition,
+                        message: None,
+                    }))
+                }
+            };
+            out.insert(tp.clone(), r);
         }
         Ok(out)
     }

@@ -387,7 +387,8 @@ async fn drive(
         }
         if faults_due && fault_no < total_faults && Instant::now() >= next_fault {
             // Alternate: a broker, a copier, a broker, ...
-            let broker_turn = (fault_no.is_multiple_of(2) && outcome.broker_kills < args.broker_kills)
+            let broker_turn = (fault_no.is_multiple_of(2)
+                && outcome.broker_kills < args.broker_kills)
                 || outcome.copier_kills >= args.copier_kills;
             if broker_turn {
                 let id = (outcome.broker_kills as i32 % nodes.nodes()) + 1;
