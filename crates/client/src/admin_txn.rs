@@ -27,7 +27,7 @@ use strom_protocol::ErrorCode;
 
 use crate::admin::Admin;
 use crate::admin_groups::{
-    by_topic, dup, fan_out, kafka_err, retry_group, topic_name, version_for, Tp, TRANSACTION_KEY,
+    by_topic, fan_out, kafka_err, retry_group, topic_name, version_for, Tp, TRANSACTION_KEY,
 };
 use crate::client::BrokerInfo;
 use crate::error::{Error, Result};
@@ -276,54 +276,14 @@ impl Admin {
         partitions: &[Tp],
         broker_id: Option<i32>,
     ) -> Result<PartitionResults<Vec<ProducerState>>> {
-        let mut out: PartitionResults<Vec<ProducerState>> = BTreeMap::new();
-        let mut pending: Vec<Tp> = partitions.to_vec();
-        pending.sort();
-        pending.dedup();
-        let retries = self.client().config().retries;
-        let mut attempt = 0;
-        while !pending.is_empty() {
-            let last = attempt >= retries;
-            let mut next = Vec::new();
-            let mut by_broker: BTreeMap<i32, Vec<Tp>> = BTreeMap::new();
-            match broker_id {
-                Some(b) => {
-                    by_broker.insert(b, std::mem::take(&mut pending));
-                }
-                None => {
-                    let leaders = self.leaders(&pending).await?;
-                    for tp in std::mem::take(&mut pending) {
-                        match leaders.get(&tp) {
-                            Some(Ok(l)) => by_broker.entry(*l).or_default().push(tp),
-                            Some(Err(e)) if e.is_retriable() && !last => next.push(tp),
-                            Some(Err(e)) => {
-                                out.insert(tp, Err(dup(e)));
-                            }
-                            None => {
-                                out.insert(tp, Err(Error::Protocol("no metadata".into())));
-                            }
-                        }
-                    }
-                }
-            }
-            let mut requests = Vec::new();
-            for (node, tps) in by_broker {
-                let conn = match self.client().connection(node).await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        for tp in tps {
-                            if e.is_retriable() && !last {
-                                next.push(tp);
-                            } else {
-                                out.insert(tp, Err(dup(&e)));
-                            }
-                        }
-                        continue;
-                    }
-                };
-                let version = version_for(&conn, ApiKey::DescribeProducers)?;
+        self.per_leader(
+            partitions,
+            broker_id,
+            ApiKey::DescribeProducers,
+            false,
+            |tps| {
                 let mut req = DescribeProducersRequest::default();
-                req.topics = by_topic(&tps)
+                req.topics = by_topic(tps)
                     .into_iter()
                     .map(|(t, ps)| {
                         let mut r = TopicRequest::default();
@@ -332,41 +292,17 @@ impl Admin {
                         r
                     })
                     .collect();
-                requests.push((tps, conn, version, req));
-            }
-            for (tps, resp) in fan_out(requests).await {
-                let resp = match resp {
-                    Ok(r) => r,
-                    Err(e) => {
-                        for tp in tps {
-                            if e.is_retriable() && !last {
-                                next.push(tp);
-                            } else {
-                                out.insert(tp, Err(dup(&e)));
-                            }
-                        }
-                        continue;
-                    }
-                };
-                let mut answered = Vec::new();
-                for t in resp.topics {
-                    let name = t.name.0.to_string();
-                    for p in t.partitions {
-                        let tp = (name.clone(), p.partition_index);
-                        answered.push(tp.clone());
-                        match kafka_err(p.error_code, p.error_message.as_ref()) {
-                            // A named broker is asked once: its answer is the answer.
-                            Some(e) if e.is_retriable() && !last && broker_id.is_none() => {
-                                if e.invalidates_metadata() {
-                                    self.client().invalidate_topic(&name);
-                                }
-                                next.push(tp);
-                            }
-                            Some(e) => {
-                                out.insert(tp, Err(e));
-                            }
-                            None => {
-                                let states = p
+                req
+            },
+            |resp| {
+                resp.topics
+                    .into_iter()
+                    .flat_map(|t| {
+                        let name = t.name.0.to_string();
+                        t.partitions.into_iter().map(move |p| {
+                            let r = match kafka_err(p.error_code, p.error_message.as_ref()) {
+                                Some(e) => Err(e),
+                                None => Ok(p
                                     .active_producers
                                     .iter()
                                     .map(|s| ProducerState {
@@ -379,28 +315,15 @@ impl Admin {
                                             s.current_txn_start_offset,
                                         ),
                                     })
-                                    .collect();
-                                out.insert(tp, Ok(states));
-                            }
-                        }
-                    }
-                }
-                for tp in tps {
-                    if !answered.contains(&tp) {
-                        out.insert(
-                            tp,
-                            Err(Error::Protocol("no DescribeProducers answer".into())),
-                        );
-                    }
-                }
-            }
-            pending = next;
-            if !pending.is_empty() {
-                tokio::time::sleep(self.client().config().backoff(attempt)).await;
-                attempt += 1;
-            }
-        }
-        Ok(out)
+                                    .collect()),
+                            };
+                            ((name.clone(), p.partition_index), r)
+                        })
+                    })
+                    .collect()
+            },
+        )
+        .await
     }
 
     /// Aborts a (hanging) transaction on one partition: WriteTxnMarkers ABORT at the

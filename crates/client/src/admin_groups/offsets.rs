@@ -261,58 +261,19 @@ impl Admin {
         isolation_level: i8,
     ) -> Result<BTreeMap<Tp, Result<ListedOffset>>> {
         use strom_protocol::kafka::messages::ApiKey;
-        let mut out: BTreeMap<Tp, Result<ListedOffset>> = BTreeMap::new();
-        let mut pending: Vec<Tp> = partitions.to_vec();
-        pending.sort();
-        pending.dedup();
-        let retries = self.client().config().retries;
         let timeout_ms = self.group_timeout_ms();
-        let mut attempt = 0;
-        while !pending.is_empty() {
-            let last = attempt >= retries;
-            let leaders = self.leaders(&pending).await?;
-            let mut next = Vec::new();
-            let mut by_leader: BTreeMap<i32, Vec<Tp>> = BTreeMap::new();
-            for tp in pending {
-                match leaders.get(&tp) {
-                    Some(Ok(l)) => by_leader.entry(*l).or_default().push(tp),
-                    // An unknown partition is final here (Kafka's ListOffsets handler fails it).
-                    Some(Err(e))
-                        if e.is_retriable()
-                            && !last
-                            && e.code() != Some(ErrorCode::UnknownTopicOrPartition) =>
-                    {
-                        next.push(tp)
-                    }
-                    Some(Err(e)) => {
-                        out.insert(tp, Err(dup(e)));
-                    }
-                    None => {
-                        out.insert(tp, Err(Error::Protocol("no metadata".into())));
-                    }
-                }
-            }
-            let mut requests = Vec::new();
-            for (leader, tps) in by_leader {
-                let conn = match self.client().connection(leader).await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        for tp in tps {
-                            if !last {
-                                next.push(tp);
-                            } else {
-                                out.insert(tp, Err(dup(&e)));
-                            }
-                        }
-                        continue;
-                    }
-                };
-                let version = version_for(&conn, ApiKey::ListOffsets)?;
+        self.per_leader(
+            partitions,
+            None,
+            ApiKey::ListOffsets,
+            // An unknown partition is final here, as Kafka's ListOffsets handler fails it.
+            true,
+            |tps| {
                 let mut req = ListOffsetsRequest::default();
                 req.replica_id = (-1).into();
                 req.isolation_level = isolation_level;
                 req.timeout_ms = timeout_ms;
-                req.topics = by_topic(&tps)
+                req.topics = by_topic(tps)
                     .into_iter()
                     .map(|(t, ps)| {
                         let mut lt = ListOffsetsTopic::default();
@@ -330,49 +291,95 @@ impl Admin {
                         lt
                     })
                     .collect();
-                requests.push((tps, conn, version, req));
-            }
-            for (tps, resp) in fan_out(requests).await {
-                match resp {
-                    Ok(resp) => {
-                        let mut answered = Vec::new();
-                        for t in resp.topics {
-                            let name = t.name.0.to_string();
-                            for p in t.partitions {
-                                let tp = (name.clone(), p.partition_index);
-                                answered.push(tp.clone());
-                                match Error::kafka(p.error_code, None) {
-                                    Some(e) if e.is_retriable() && !last => {
-                                        if e.invalidates_metadata() {
-                                            self.client().invalidate_topic(&name);
-                                        }
-                                        next.push(tp)
-                                    }
-                                    Some(e) => {
-                                        out.insert(tp, Err(e));
-                                    }
-                                    None => {
-                                        out.insert(
-                                            tp,
-                                            Ok(ListedOffset {
-                                                offset: p.offset,
-                                                timestamp: p.timestamp,
-                                                leader_epoch: opt_epoch(p.leader_epoch),
-                                            }),
-                                        );
-                                    }
-                                }
+                req
+            },
+            |resp| {
+                resp.topics
+                    .into_iter()
+                    .flat_map(|t| {
+                        let name = t.name.0.to_string();
+                        t.partitions.into_iter().map(move |p| {
+                            let r = match Error::kafka(p.error_code, None) {
+                                Some(e) => Err(e),
+                                None => Ok(ListedOffset {
+                                    offset: p.offset,
+                                    timestamp: p.timestamp,
+                                    leader_epoch: opt_epoch(p.leader_epoch),
+                                }),
+                            };
+                            ((name.clone(), p.partition_index), r)
+                        })
+                    })
+                    .collect()
+            },
+        )
+        .await
+    }
+
+    /// Sends a request per partition leader (or to `broker` only, when given: any replica can
+    /// answer for its copy) covering its partitions, all leaders at once, and retries the
+    /// partitions whose leader moved or was not ready on fresh metadata, until every partition
+    /// has a final result (bounded by the client's retries). Serves the calls Kafka routes with
+    /// its `PartitionLeaderStrategy` (ListOffsets, DescribeProducers). `fail_unknown`: an
+    /// unknown topic or partition is final instead of retried. Errors from a named broker are
+    /// final: its answer is the answer.
+    pub(crate) async fn per_leader<T, R, B, P>(
+        &self,
+        partitions: &[Tp],
+        broker: Option<i32>,
+        api: strom_protocol::kafka::messages::ApiKey,
+        fail_unknown: bool,
+        build: B,
+        parse: P,
+    ) -> Result<BTreeMap<Tp, Result<T>>>
+    where
+        R: Request + Send + Sync + 'static,
+        R::Response: Send + 'static,
+        B: Fn(&[Tp]) -> R,
+        P: Fn(R::Response) -> Vec<(Tp, Result<T>)>,
+    {
+        let mut out: BTreeMap<Tp, Result<T>> = BTreeMap::new();
+        let mut pending: Vec<Tp> = partitions.to_vec();
+        pending.sort();
+        pending.dedup();
+        let retries = self.client().config().retries;
+        let mut attempt = 0;
+        while !pending.is_empty() {
+            let last = attempt >= retries;
+            let mut next = Vec::new();
+            let mut by_leader: BTreeMap<i32, Vec<Tp>> = BTreeMap::new();
+            match broker {
+                Some(b) => {
+                    by_leader.insert(b, std::mem::take(&mut pending));
+                }
+                None => {
+                    let leaders = self.leaders(&pending).await?;
+                    for tp in std::mem::take(&mut pending) {
+                        match leaders.get(&tp) {
+                            Some(Ok(l)) => by_leader.entry(*l).or_default().push(tp),
+                            Some(Err(e))
+                                if e.is_retriable()
+                                    && !last
+                                    && !(fail_unknown
+                                        && e.code()
+                                            == Some(ErrorCode::UnknownTopicOrPartition)) =>
+                            {
+                                next.push(tp)
                             }
-                        }
-                        for tp in tps {
-                            if !answered.contains(&tp) {
-                                out.insert(
-                                    tp,
-                                    Err(Error::Protocol("no ListOffsets answer".into())),
-                                );
+                            Some(Err(e)) => {
+                                out.insert(tp, Err(dup(e)));
+                            }
+                            None => {
+                                out.insert(tp, Err(Error::Protocol("no metadata".into())));
                             }
                         }
                     }
+                }
+            }
+            let mut requests = Vec::new();
+            for (leader, tps) in by_leader {
+                let conn = match self.client().connection(leader).await {
+                    Ok(c) => c,
                     Err(e) => {
                         for tp in tps {
                             if e.is_retriable() && !last {
@@ -381,6 +388,45 @@ impl Admin {
                                 out.insert(tp, Err(dup(&e)));
                             }
                         }
+                        continue;
+                    }
+                };
+                let version = version_for(&conn, api)?;
+                let req = build(&tps);
+                requests.push((tps, conn, version, req));
+            }
+            for (tps, resp) in fan_out(requests).await {
+                let resp = match resp {
+                    Ok(r) => r,
+                    Err(e) => {
+                        for tp in tps {
+                            if e.is_retriable() && !last {
+                                next.push(tp);
+                            } else {
+                                out.insert(tp, Err(dup(&e)));
+                            }
+                        }
+                        continue;
+                    }
+                };
+                let mut answered = Vec::new();
+                for (tp, r) in parse(resp) {
+                    answered.push(tp.clone());
+                    match r {
+                        Err(e) if e.is_retriable() && !last && broker.is_none() => {
+                            if e.invalidates_metadata() {
+                                self.client().invalidate_topic(&tp.0);
+                            }
+                            next.push(tp);
+                        }
+                        r => {
+                            out.insert(tp, r);
+                        }
+                    }
+                }
+                for tp in tps {
+                    if !answered.contains(&tp) {
+                        out.insert(tp, Err(Error::Protocol(format!("no {api:?} answer"))));
                     }
                 }
             }
