@@ -266,7 +266,7 @@ impl Admin {
             partitions,
             None,
             ApiKey::ListOffsets,
-            // An unknown partition is final here, as Kafka's ListOffsets handler fails it.
+            // ListOffsets answers an unknown partition at once instead of waiting for it.
             true,
             |tps| {
                 let mut req = ListOffsetsRequest::default();
