@@ -276,8 +276,12 @@ pub(crate) fn kafka_err(code: i16, message: Option<&StrBytes>) -> Option<Error> 
     )
 }
 
+/// FindCoordinator's key types (Kafka's `FindCoordinatorRequest.CoordinatorType`).
+pub(crate) const GROUP_KEY: i8 = 0;
+pub(crate) const TRANSACTION_KEY: i8 = 1;
+
 /// Whether a per-group result should be retried after a new coordinator lookup.
-fn retry_group<T>(r: &Result<T>) -> bool {
+pub(crate) fn retry_group<T>(r: &Result<T>) -> bool {
     match r {
         Err(Error::Kafka { code, .. }) => coordinator_moved(*code),
         Err(e) => e.is_retriable(),
@@ -301,7 +305,7 @@ impl Admin {
         &self,
         groups: &[String],
     ) -> Result<GroupResults<BrokerInfo>> {
-        self.find_coordinators(0, groups).await
+        self.find_coordinators(GROUP_KEY, groups).await
     }
 
     /// The coordinator of each key of `key_type` (0: group, 1: transactional id), as
@@ -440,8 +444,37 @@ impl Admin {
         B: Fn(i16, &[String]) -> Vec<(Vec<String>, R)>,
         P: Fn(&BrokerInfo, &[String], R::Response) -> Vec<(String, Result<T>)>,
     {
+        self.per_key_coordinator(GROUP_KEY, groups, api, build, parse, retry_group)
+            .await
+    }
+
+    /// [`Admin::per_coordinator`] for any coordinator key type (groups, transactional ids),
+    /// so the group and transaction admin calls share one lookup/batch/retry loop as Kafka's
+    /// `CoordinatorStrategy` serves both. `retry(result)` says whether a key's result is
+    /// retried after a new coordinator lookup (bounded by the client's retries).
+    pub(crate) async fn per_key_coordinator<T, R, B, P, Q>(
+        &self,
+        key_type: i8,
+        keys: &[String],
+        api: strom_protocol::kafka::messages::ApiKey,
+        build: B,
+        parse: P,
+        retry: Q,
+    ) -> Result<GroupResults<T>>
+    where
+        R: Request + Send + Sync + 'static,
+        R::Response: Send + 'static,
+        B: Fn(i16, &[String]) -> Vec<(Vec<String>, R)>,
+        P: Fn(&BrokerInfo, &[String], R::Response) -> Vec<(String, Result<T>)>,
+        Q: Fn(&Result<T>) -> bool,
+    {
+        let noun = if key_type == TRANSACTION_KEY {
+            "transactional id"
+        } else {
+            "group"
+        };
         let mut out: GroupResults<T> = BTreeMap::new();
-        let mut pending: Vec<String> = groups.to_vec();
+        let mut pending: Vec<String> = keys.to_vec();
         pending.sort();
         pending.dedup();
         let retries = self.client().config().retries;
@@ -449,7 +482,7 @@ impl Admin {
         while !pending.is_empty() {
             let last = attempt >= retries;
             let mut next: Vec<String> = Vec::new();
-            let coordinators = self.find_group_coordinators(&pending).await?;
+            let coordinators = self.find_coordinators(key_type, &pending).await?;
             let mut by_node: BTreeMap<i32, (BrokerInfo, Vec<String>)> = BTreeMap::new();
             for (g, r) in coordinators {
                 match r {
@@ -497,7 +530,7 @@ impl Admin {
                         let mut answered: Vec<String> = Vec::new();
                         for (g, r) in parse(&broker, &subset, resp) {
                             answered.push(g.clone());
-                            if retry_group(&r) && !last {
+                            if retry(&r) && !last {
                                 next.push(g);
                             } else {
                                 out.insert(g, r);
@@ -507,7 +540,7 @@ impl Admin {
                             if !answered.contains(&g) {
                                 out.insert(
                                     g.clone(),
-                                    Err(Error::Protocol(format!("no answer for group {g}"))),
+                                    Err(Error::Protocol(format!("no answer for {noun} {g}"))),
                                 );
                             }
                         }

@@ -11,9 +11,10 @@
 //!   coordinator epoch read from DescribeProducers (Kafka's `AbortTransactionHandler`). It is
 //!   for hanging transactions, which no coordinator will ever end.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use strom_protocol::kafka::messages::describe_producers_request::TopicRequest;
+use strom_protocol::kafka::messages::describe_transactions_response::TransactionState;
 use strom_protocol::kafka::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
@@ -26,7 +27,7 @@ use strom_protocol::ErrorCode;
 
 use crate::admin::Admin;
 use crate::admin_groups::{
-    by_topic, coordinator_moved, dup, fan_out, kafka_err, topic_name, version_for, Tp,
+    by_topic, fan_out, kafka_err, retry_group, topic_name, version_for, Tp, TRANSACTION_KEY,
 };
 use crate::client::BrokerInfo;
 use crate::error::{Error, Result};
@@ -117,6 +118,33 @@ fn opt_nonneg_i32(v: i32) -> Option<i32> {
     (v >= 0).then_some(v)
 }
 
+/// A DescribeTransactions answer for one id, as Kafka's `TransactionDescription`.
+fn transaction_description(
+    coordinator_id: i32,
+    id: &str,
+    t: &TransactionState,
+) -> TransactionDescription {
+    let mut tps: Vec<Tp> = t
+        .topics
+        .iter()
+        .flat_map(|tp| {
+            let name = tp.topic.0.to_string();
+            tp.partitions.iter().map(move |&p| (name.clone(), p))
+        })
+        .collect();
+    tps.sort();
+    TransactionDescription {
+        coordinator_id,
+        transactional_id: id.to_string(),
+        state: t.transaction_state.to_string(),
+        producer_id: t.producer_id.0,
+        producer_epoch: t.producer_epoch,
+        transaction_timeout_ms: t.transaction_timeout_ms as i64,
+        transaction_start_time_ms: opt_nonneg_i64(t.transaction_start_time_ms),
+        topic_partitions: tps,
+    }
+}
+
 impl Admin {
     /// ListTransactions on every broker at once; the listings of each broker (by node id),
     /// sorted by transactional id. Any broker's failure fails the call, as Kafka's
@@ -182,143 +210,62 @@ impl Admin {
         Ok(out)
     }
 
-    /// DescribeTransactions, each id at its coordinator; one result per id. Ids whose
-    /// coordinator moved or was loading are looked up again (bounded by the retries).
+    /// DescribeTransactions, each id at its coordinator (one request per coordinator carrying
+    /// all its ids); one result per id. Ids whose coordinator moved or was loading, or that are
+    /// in a concurrent transaction change, are looked up again (bounded by the retries).
     pub async fn describe_transactions(
         &self,
         transactional_ids: &[String],
     ) -> Result<BTreeMap<String, Result<TransactionDescription>>> {
-        let mut out = BTreeMap::new();
-        let mut pending: Vec<String> = transactional_ids.to_vec();
-        pending.sort();
-        pending.dedup();
-        let retries = self.client().config().retries;
-        let mut attempt = 0;
-        while !pending.is_empty() {
-            let last = attempt >= retries;
-            let mut next = Vec::new();
-            let mut by_node: BTreeMap<i32, (BrokerInfo, Vec<String>)> = BTreeMap::new();
-            for (id, r) in self.find_coordinators(1, &pending).await? {
-                match r {
-                    Ok(b) => by_node
-                        .entry(b.node_id)
-                        .or_insert_with(|| (b.clone(), Vec::new()))
-                        .1
-                        .push(id),
-                    Err(e) => {
-                        out.insert(id, Err(e));
-                    }
-                }
-            }
-            let mut requests = Vec::new();
-            for (_, (broker, ids)) in by_node {
-                let conn = match self.client().connection_to_addr(&broker.addr()).await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        for id in ids {
-                            if e.is_retriable() && !last {
-                                next.push(id);
-                            } else {
-                                out.insert(id, Err(dup(&e)));
-                            }
-                        }
-                        continue;
-                    }
-                };
-                let version = version_for(&conn, ApiKey::DescribeTransactions)?;
+        self.per_key_coordinator(
+            TRANSACTION_KEY,
+            transactional_ids,
+            ApiKey::DescribeTransactions,
+            |_, ids| {
                 let mut req = DescribeTransactionsRequest::default();
                 req.transactional_ids = ids
                     .iter()
                     .map(|i| TransactionalId(StrBytes::from_string(i.clone())))
                     .collect();
-                requests.push(((broker, ids), conn, version, req));
-            }
-            for ((broker, ids), resp) in fan_out(requests).await {
-                let resp = match resp {
-                    Ok(r) => r,
-                    Err(e) => {
-                        for id in ids {
-                            if e.is_retriable() && !last {
-                                next.push(id);
-                            } else {
-                                out.insert(id, Err(dup(&e)));
-                            }
-                        }
-                        continue;
-                    }
-                };
-                let mut answered = Vec::new();
-                for t in resp.transaction_states {
-                    let id = t.transactional_id.0.to_string();
-                    answered.push(id.clone());
-                    match Error::kafka(t.error_code, None) {
-                        Some(Error::Kafka { code, .. })
-                            if !last
-                                && (coordinator_moved(code)
-                                    || code == ErrorCode::ConcurrentTransactions) =>
-                        {
-                            next.push(id)
-                        }
-                        Some(Error::Kafka {
-                            code: ErrorCode::TransactionalIdNotFound,
-                            ..
-                        }) => {
+                vec![(ids.to_vec(), req)]
+            },
+            |broker, _, resp| {
+                resp.transaction_states
+                    .into_iter()
+                    .map(|t| {
+                        let id = t.transactional_id.0.to_string();
+                        let r = match Error::kafka(t.error_code, None) {
                             // Kafka's DescribeTransactionsHandler names the id.
-                            out.insert(
-                                id.clone(),
-                                Err(Error::Kafka {
-                                    code: ErrorCode::TransactionalIdNotFound,
-                                    message: Some(format!(
-                                        "DescribeTransactions request for transactionalId `{id}` failed because the ID could not be found"
-                                    )),
-                                }),
-                            );
-                        }
-                        Some(e) => {
-                            out.insert(id, Err(e));
-                        }
-                        None => {
-                            let mut tps: Vec<Tp> = t
-                                .topics
-                                .iter()
-                                .flat_map(|tp| {
-                                    let name = tp.topic.0.to_string();
-                                    tp.partitions.iter().map(move |&p| (name.clone(), p))
-                                })
-                                .collect();
-                            tps.sort();
-                            out.insert(
-                                id.clone(),
-                                Ok(TransactionDescription {
-                                    coordinator_id: broker.node_id,
-                                    transactional_id: id,
-                                    state: t.transaction_state.to_string(),
-                                    producer_id: t.producer_id.0,
-                                    producer_epoch: t.producer_epoch,
-                                    transaction_timeout_ms: t.transaction_timeout_ms as i64,
-                                    transaction_start_time_ms: opt_nonneg_i64(
-                                        t.transaction_start_time_ms,
-                                    ),
-                                    topic_partitions: tps,
-                                }),
-                            );
-                        }
-                    }
-                }
-                for id in ids {
-                    if !answered.contains(&id) {
-                        let e = Error::Protocol(format!("no DescribeTransactions answer for {id}"));
-                        out.insert(id, Err(e));
-                    }
-                }
-            }
-            pending = next;
-            if !pending.is_empty() {
-                tokio::time::sleep(self.client().config().backoff(attempt)).await;
-                attempt += 1;
-            }
-        }
-        Ok(out)
+                            Some(Error::Kafka {
+                                code: ErrorCode::TransactionalIdNotFound,
+                                ..
+                            }) => Err(Error::Kafka {
+                                code: ErrorCode::TransactionalIdNotFound,
+                                message: Some(format!(
+                                    "DescribeTransactions request for transactionalId `{id}` failed because the ID could not be found"
+                                )),
+                            }),
+                            Some(e) => Err(e),
+                            None => Ok(transaction_description(broker.node_id, &id, &t)),
+                        };
+                        (id, r)
+                    })
+                    .collect()
+            },
+            // The coordinator answers CONCURRENT_TRANSACTIONS while it changes the id's
+            // state; Kafka's handler retries it as it does a moved coordinator.
+            |r| {
+                retry_group(r)
+                    || matches!(
+                        r,
+                        Err(Error::Kafka {
+                            code: ErrorCode::ConcurrentTransactions,
+                            ..
+                        })
+                    )
+            },
+        )
+        .await
     }
 
     /// DescribeProducers: the active producers of each partition, asked of its leader, or of
@@ -329,54 +276,14 @@ impl Admin {
         partitions: &[Tp],
         broker_id: Option<i32>,
     ) -> Result<PartitionResults<Vec<ProducerState>>> {
-        let mut out: PartitionResults<Vec<ProducerState>> = BTreeMap::new();
-        let mut pending: Vec<Tp> = partitions.to_vec();
-        pending.sort();
-        pending.dedup();
-        let retries = self.client().config().retries;
-        let mut attempt = 0;
-        while !pending.is_empty() {
-            let last = attempt >= retries;
-            let mut next = Vec::new();
-            let mut by_broker: BTreeMap<i32, Vec<Tp>> = BTreeMap::new();
-            match broker_id {
-                Some(b) => {
-                    by_broker.insert(b, std::mem::take(&mut pending));
-                }
-                None => {
-                    let leaders = self.leaders(&pending).await?;
-                    for tp in std::mem::take(&mut pending) {
-                        match leaders.get(&tp) {
-                            Some(Ok(l)) => by_broker.entry(*l).or_default().push(tp),
-                            Some(Err(e)) if e.is_retriable() && !last => next.push(tp),
-                            Some(Err(e)) => {
-                                out.insert(tp, Err(dup(e)));
-                            }
-                            None => {
-                                out.insert(tp, Err(Error::Protocol("no metadata".into())));
-                            }
-                        }
-                    }
-                }
-            }
-            let mut requests = Vec::new();
-            for (node, tps) in by_broker {
-                let conn = match self.client().connection(node).await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        for tp in tps {
-                            if e.is_retriable() && !last {
-                                next.push(tp);
-                            } else {
-                                out.insert(tp, Err(dup(&e)));
-                            }
-                        }
-                        continue;
-                    }
-                };
-                let version = version_for(&conn, ApiKey::DescribeProducers)?;
+        self.per_leader(
+            partitions,
+            broker_id,
+            ApiKey::DescribeProducers,
+            false,
+            |tps| {
                 let mut req = DescribeProducersRequest::default();
-                req.topics = by_topic(&tps)
+                req.topics = by_topic(tps)
                     .into_iter()
                     .map(|(t, ps)| {
                         let mut r = TopicRequest::default();
@@ -385,41 +292,17 @@ impl Admin {
                         r
                     })
                     .collect();
-                requests.push((tps, conn, version, req));
-            }
-            for (tps, resp) in fan_out(requests).await {
-                let resp = match resp {
-                    Ok(r) => r,
-                    Err(e) => {
-                        for tp in tps {
-                            if e.is_retriable() && !last {
-                                next.push(tp);
-                            } else {
-                                out.insert(tp, Err(dup(&e)));
-                            }
-                        }
-                        continue;
-                    }
-                };
-                let mut answered = Vec::new();
-                for t in resp.topics {
-                    let name = t.name.0.to_string();
-                    for p in t.partitions {
-                        let tp = (name.clone(), p.partition_index);
-                        answered.push(tp.clone());
-                        match kafka_err(p.error_code, p.error_message.as_ref()) {
-                            // A named broker is asked once: its answer is the answer.
-                            Some(e) if e.is_retriable() && !last && broker_id.is_none() => {
-                                if e.invalidates_metadata() {
-                                    self.client().invalidate_topic(&name);
-                                }
-                                next.push(tp);
-                            }
-                            Some(e) => {
-                                out.insert(tp, Err(e));
-                            }
-                            None => {
-                                let states = p
+                req
+            },
+            |resp| {
+                resp.topics
+                    .into_iter()
+                    .flat_map(|t| {
+                        let name = t.name.0.to_string();
+                        t.partitions.into_iter().map(move |p| {
+                            let r = match kafka_err(p.error_code, p.error_message.as_ref()) {
+                                Some(e) => Err(e),
+                                None => Ok(p
                                     .active_producers
                                     .iter()
                                     .map(|s| ProducerState {
@@ -432,28 +315,15 @@ impl Admin {
                                             s.current_txn_start_offset,
                                         ),
                                     })
-                                    .collect();
-                                out.insert(tp, Ok(states));
-                            }
-                        }
-                    }
-                }
-                for tp in tps {
-                    if !answered.contains(&tp) {
-                        out.insert(
-                            tp,
-                            Err(Error::Protocol("no DescribeProducers answer".into())),
-                        );
-                    }
-                }
-            }
-            pending = next;
-            if !pending.is_empty() {
-                tokio::time::sleep(self.client().config().backoff(attempt)).await;
-                attempt += 1;
-            }
-        }
-        Ok(out)
+                                    .collect()),
+                            };
+                            ((name.clone(), p.partition_index), r)
+                        })
+                    })
+                    .collect()
+            },
+        )
+        .await
     }
 
     /// Aborts a (hanging) transaction on one partition: WriteTxnMarkers ABORT at the
@@ -551,48 +421,5 @@ impl Admin {
             Some(e) => Err(e),
             None => Ok(()),
         }
-    }
-
-    /// The leader of each partition from fresh metadata; an error for partitions whose topic
-    /// does not exist or that have no leader.
-    async fn leaders(&self, partitions: &[Tp]) -> Result<HashMap<Tp, Result<i32>>> {
-        let topics: Vec<String> = by_topic(partitions).into_keys().collect();
-        let md = self
-            .client()
-            .retry(|| self.client().refresh_metadata(Some(&topics)))
-            .await?;
-        let mut leaders: HashMap<Tp, i32> = HashMap::new();
-        let mut topic_errors: HashMap<String, i16> = HashMap::new();
-        for t in &md.topics {
-            let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
-            if t.error_code != 0 {
-                topic_errors.insert(name.clone(), t.error_code);
-            }
-            for p in &t.partitions {
-                leaders.insert((name.clone(), p.partition_index), p.leader_id.0);
-            }
-        }
-        let mut out = HashMap::new();
-        for tp in partitions {
-            let r = match leaders.get(tp) {
-                Some(&l) if l >= 0 => Ok(l),
-                Some(_) => Err(Error::Kafka {
-                    code: ErrorCode::LeaderNotAvailable,
-                    message: None,
-                }),
-                None => {
-                    let code = topic_errors
-                        .get(&tp.0)
-                        .copied()
-                        .unwrap_or(ErrorCode::UnknownTopicOrPartition.code());
-                    Err(Error::kafka(code, None).unwrap_or(Error::Kafka {
-                        code: ErrorCode::UnknownTopicOrPartition,
-                        message: None,
-                    }))
-                }
-            };
-            out.insert(tp.clone(), r);
-        }
-        Ok(out)
     }
 }

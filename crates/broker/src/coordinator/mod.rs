@@ -37,13 +37,89 @@ pub fn start_group_coordinator(
     GroupCoordinatorService::new(GroupCoordinatorConfig::from_props(props), io.clone(), io)
 }
 
-/// Tells the service every HW move of an offsets partition.
-pub struct HighWatermarkForwarder(pub Arc<GroupCoordinatorService>);
+/// What the metadata drives on a coordinator service. Kafka's two coordinators (group,
+/// transaction) are elected, resigned and told HW moves per partition of their internal topic
+/// in the same way (`BrokerMetadataPublisher.updateCoordinator`), so one
+/// [`CoordinatorElections`] and one [`HighWatermarkForwarder`] serve both.
+pub trait PartitionCoordinator: Send + Sync + 'static {
+    /// The coordinator's internal topic (`__consumer_offsets`, `__transaction_state`).
+    const TOPIC: &'static str;
+    fn on_elected(&self, partition: i32, leader_epoch: i32);
+    fn on_resigned(&self, partition: i32, leader_epoch: Option<i32>);
+    fn on_high_watermark(&self, partition: i32, high_watermark: i64);
+}
 
-impl HighWatermarkListener for HighWatermarkForwarder {
+impl PartitionCoordinator for GroupCoordinatorService {
+    const TOPIC: &'static str = GROUP_METADATA_TOPIC_NAME;
+    fn on_elected(&self, partition: i32, leader_epoch: i32) {
+        GroupCoordinatorService::on_elected(self, partition, leader_epoch)
+    }
+    fn on_resigned(&self, partition: i32, leader_epoch: Option<i32>) {
+        GroupCoordinatorService::on_resigned(self, partition, leader_epoch)
+    }
+    fn on_high_watermark(&self, partition: i32, high_watermark: i64) {
+        GroupCoordinatorService::on_high_watermark(self, partition, high_watermark)
+    }
+}
+
+/// Tells a coordinator every HW move of a partition of its topic.
+pub struct HighWatermarkForwarder<S>(pub Arc<S>);
+
+impl<S: PartitionCoordinator> HighWatermarkListener for HighWatermarkForwarder<S> {
     fn on_high_watermark(&self, topic: &str, partition: i32, high_watermark: i64) {
-        if topic == GROUP_METADATA_TOPIC_NAME {
+        if topic == S::TOPIC {
             self.0.on_high_watermark(partition, high_watermark);
+        }
+    }
+}
+
+/// Elects and resigns a coordinator's partitions as this broker starts or stops leading them
+/// (Kafka's `BrokerMetadataPublisher.updateCoordinator`), attaching the HW listener while it
+/// leads.
+pub struct CoordinatorElections<S> {
+    node_id: i32,
+    service: Arc<S>,
+    replica_manager: Arc<ReplicaManager>,
+    listener: Arc<dyn HighWatermarkListener>,
+}
+
+impl<S: PartitionCoordinator> CoordinatorElections<S> {
+    pub fn new(node_id: i32, service: Arc<S>, replica_manager: Arc<ReplicaManager>) -> Self {
+        let listener = Arc::new(HighWatermarkForwarder(service.clone()));
+        Self {
+            node_id,
+            service,
+            replica_manager,
+            listener,
+        }
+    }
+
+    fn set_listener(&self, partition: i32, on: bool) {
+        if let Some(p) = self.replica_manager.get(S::TOPIC, partition) {
+            p.set_high_watermark_listener(on.then(|| self.listener.clone()));
+        }
+    }
+
+    /// Applies this delta's leadership changes of the coordinator's topic.
+    pub fn update(&self, delta: &MetadataDelta, image: &Arc<MetadataImage>) {
+        let changes = delta.local_changes(self.node_id, image);
+        for p in changes.leaders.iter().filter(|p| p.topic == S::TOPIC) {
+            // The listener first, so no HW move after the load's snapshot is missed. The
+            // runtime keeps a shard already loaded at this epoch (an ISR change re-lists
+            // the partition among the leaders).
+            self.set_listener(p.partition, true);
+            self.service
+                .on_elected(p.partition, p.registration.leader_epoch);
+        }
+        for p in changes.followers.iter().filter(|p| p.topic == S::TOPIC) {
+            self.set_listener(p.partition, false);
+            self.service
+                .on_resigned(p.partition, Some(p.registration.leader_epoch));
+        }
+        for (topic, _, partition) in &changes.deletes {
+            if topic == S::TOPIC {
+                self.service.on_resigned(*partition, None);
+            }
         }
     }
 }
@@ -53,10 +129,8 @@ impl HighWatermarkListener for HighWatermarkForwarder {
 /// thread after the replica manager has applied the same delta, so an elected partition is
 /// already leader here; the service's methods only queue, so this never blocks the loader.
 pub struct GroupCoordinatorPublisher {
-    node_id: i32,
+    elections: CoordinatorElections<GroupCoordinatorService>,
     service: Arc<GroupCoordinatorService>,
-    replica_manager: Arc<ReplicaManager>,
-    listener: Arc<dyn HighWatermarkListener>,
     /// The topics image last handed to the service (only a change is handed on).
     last_image: Mutex<Option<GroupMetadataImage>>,
 }
@@ -67,23 +141,11 @@ impl GroupCoordinatorPublisher {
         service: Arc<GroupCoordinatorService>,
         replica_manager: Arc<ReplicaManager>,
     ) -> Arc<Self> {
-        let listener = Arc::new(HighWatermarkForwarder(service.clone()));
         Arc::new(Self {
-            node_id,
+            elections: CoordinatorElections::new(node_id, service.clone(), replica_manager),
             service,
-            replica_manager,
-            listener,
             last_image: Mutex::new(None),
         })
-    }
-
-    fn set_listener(&self, partition: i32, on: bool) {
-        if let Some(p) = self
-            .replica_manager
-            .get(GROUP_METADATA_TOPIC_NAME, partition)
-        {
-            p.set_high_watermark_listener(on.then(|| self.listener.clone()));
-        }
     }
 }
 
@@ -93,33 +155,7 @@ impl MetadataPublisher for GroupCoordinatorPublisher {
     }
 
     fn on_metadata_update(&self, delta: &MetadataDelta, image: &Arc<MetadataImage>) {
-        let changes = delta.local_changes(self.node_id, image);
-        for p in changes
-            .leaders
-            .iter()
-            .filter(|p| p.topic == GROUP_METADATA_TOPIC_NAME)
-        {
-            // The listener first, so no HW move after the load's snapshot is missed. The
-            // runtime keeps a shard already loaded at this epoch (an ISR change re-lists
-            // the partition among the leaders).
-            self.set_listener(p.partition, true);
-            self.service
-                .on_elected(p.partition, p.registration.leader_epoch);
-        }
-        for p in changes
-            .followers
-            .iter()
-            .filter(|p| p.topic == GROUP_METADATA_TOPIC_NAME)
-        {
-            self.set_listener(p.partition, false);
-            self.service
-                .on_resigned(p.partition, Some(p.registration.leader_epoch));
-        }
-        for (topic, _, partition) in &changes.deletes {
-            if topic == GROUP_METADATA_TOPIC_NAME {
-                self.service.on_resigned(*partition, None);
-            }
-        }
+        self.elections.update(delta, image);
         let topics_touched = !delta.created_topics.is_empty()
             || !delta.removed_topics.is_empty()
             || !delta.changed_partitions.is_empty()

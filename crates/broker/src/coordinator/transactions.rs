@@ -30,10 +30,9 @@ use strom_transaction_coordinator::markers::{
 use strom_transaction_coordinator::metadata::TxnPartition;
 use strom_transaction_coordinator::TransactionCoordinatorService;
 
-use super::CoordinatorPartitions;
+use super::{CoordinatorElections, CoordinatorPartitions, PartitionCoordinator};
 use crate::inter_broker::{Channel, InterBrokerClient};
 use crate::metadata_loader::MetadataPublisher;
-use crate::partition::HighWatermarkListener;
 use crate::producer_ids::ProducerIdManager;
 use crate::replica_manager::ReplicaManager;
 
@@ -121,24 +120,24 @@ pub fn transaction_state_topic_spec(
     }
 }
 
-/// Tells the service every HW move of a `__transaction_state` partition.
-pub struct TxnHighWatermarkForwarder(pub Arc<TransactionCoordinatorService>);
-
-impl HighWatermarkListener for TxnHighWatermarkForwarder {
-    fn on_high_watermark(&self, topic: &str, partition: i32, high_watermark: i64) {
-        if topic == TRANSACTION_STATE_TOPIC_NAME {
-            self.0.on_high_watermark(partition, high_watermark);
-        }
+impl PartitionCoordinator for TransactionCoordinatorService {
+    const TOPIC: &'static str = TRANSACTION_STATE_TOPIC_NAME;
+    fn on_elected(&self, partition: i32, leader_epoch: i32) {
+        TransactionCoordinatorService::on_elected(self, partition, leader_epoch)
+    }
+    fn on_resigned(&self, partition: i32, leader_epoch: Option<i32>) {
+        TransactionCoordinatorService::on_resigned(self, partition, leader_epoch)
+    }
+    fn on_high_watermark(&self, partition: i32, high_watermark: i64) {
+        TransactionCoordinatorService::on_high_watermark(self, partition, high_watermark)
     }
 }
 
 /// Follows the metadata for the transaction coordinator (Kafka's `BrokerMetadataPublisher`
 /// calling `TransactionCoordinator.onElection` / `onResignation`).
 pub struct TransactionCoordinatorPublisher {
-    node_id: i32,
+    elections: CoordinatorElections<TransactionCoordinatorService>,
     service: Arc<TransactionCoordinatorService>,
-    replica_manager: Arc<ReplicaManager>,
-    listener: Arc<dyn HighWatermarkListener>,
 }
 
 impl TransactionCoordinatorPublisher {
@@ -147,22 +146,10 @@ impl TransactionCoordinatorPublisher {
         service: Arc<TransactionCoordinatorService>,
         replica_manager: Arc<ReplicaManager>,
     ) -> Arc<Self> {
-        let listener = Arc::new(TxnHighWatermarkForwarder(service.clone()));
         Arc::new(Self {
-            node_id,
+            elections: CoordinatorElections::new(node_id, service.clone(), replica_manager),
             service,
-            replica_manager,
-            listener,
         })
-    }
-
-    fn set_listener(&self, partition: i32, on: bool) {
-        if let Some(p) = self
-            .replica_manager
-            .get(TRANSACTION_STATE_TOPIC_NAME, partition)
-        {
-            p.set_high_watermark_listener(on.then(|| self.listener.clone()));
-        }
     }
 }
 
@@ -172,34 +159,12 @@ impl MetadataPublisher for TransactionCoordinatorPublisher {
     }
 
     fn on_metadata_update(&self, delta: &MetadataDelta, image: &Arc<MetadataImage>) {
+        // The topic's own partition count (Kafka's `transactionTopicPartitionCount`) is set
+        // before any of its partitions is elected below.
         if let Some(t) = image.topic(TRANSACTION_STATE_TOPIC_NAME) {
             self.service.set_partition_count(t.partitions.len() as i32);
         }
-        let changes = delta.local_changes(self.node_id, image);
-        for p in changes
-            .leaders
-            .iter()
-            .filter(|p| p.topic == TRANSACTION_STATE_TOPIC_NAME)
-        {
-            // The listener first, so no HW move after the load's snapshot is missed.
-            self.set_listener(p.partition, true);
-            self.service
-                .on_elected(p.partition, p.registration.leader_epoch);
-        }
-        for p in changes
-            .followers
-            .iter()
-            .filter(|p| p.topic == TRANSACTION_STATE_TOPIC_NAME)
-        {
-            self.set_listener(p.partition, false);
-            self.service
-                .on_resigned(p.partition, Some(p.registration.leader_epoch));
-        }
-        for (topic, _, partition) in &changes.deletes {
-            if topic == TRANSACTION_STATE_TOPIC_NAME {
-                self.service.on_resigned(*partition, None);
-            }
-        }
+        self.elections.update(delta, image);
     }
 }
 

@@ -261,73 +261,19 @@ impl Admin {
         isolation_level: i8,
     ) -> Result<BTreeMap<Tp, Result<ListedOffset>>> {
         use strom_protocol::kafka::messages::ApiKey;
-        let mut out: BTreeMap<Tp, Result<ListedOffset>> = BTreeMap::new();
-        let mut pending: Vec<Tp> = partitions.to_vec();
-        pending.sort();
-        pending.dedup();
-        let retries = self.client().config().retries;
         let timeout_ms = self.group_timeout_ms();
-        let mut attempt = 0;
-        while !pending.is_empty() {
-            let last = attempt >= retries;
-            let topics: Vec<String> = by_topic(&pending).into_keys().collect();
-            let md = self
-                .client()
-                .retry(|| self.client().refresh_metadata(Some(&topics)))
-                .await?;
-            let mut leaders: HashMap<Tp, i32> = HashMap::new();
-            let mut topic_errors: HashMap<String, i16> = HashMap::new();
-            for t in &md.topics {
-                let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
-                if t.error_code != 0 {
-                    topic_errors.insert(name.clone(), t.error_code);
-                }
-                for p in &t.partitions {
-                    leaders.insert((name.clone(), p.partition_index), p.leader_id.0);
-                }
-            }
-            let mut next = Vec::new();
-            let mut by_leader: BTreeMap<i32, Vec<Tp>> = BTreeMap::new();
-            for tp in pending {
-                match leaders.get(&tp) {
-                    Some(&l) if l >= 0 => by_leader.entry(l).or_default().push(tp),
-                    Some(_) if !last => next.push(tp),
-                    Some(_) => {
-                        out.insert(tp, Err(Error::kafka(5, None).unwrap_or(Error::Closed)));
-                    }
-                    None => {
-                        let code = topic_errors.get(&tp.0).copied().unwrap_or(3);
-                        let e = Error::kafka(code, None)
-                            .unwrap_or(Error::Protocol("unknown partition".into()));
-                        if e.is_retriable() && !last && code != 3 {
-                            next.push(tp);
-                        } else {
-                            out.insert(tp, Err(e));
-                        }
-                    }
-                }
-            }
-            let mut requests = Vec::new();
-            for (leader, tps) in by_leader {
-                let conn = match self.client().connection(leader).await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        for tp in tps {
-                            if !last {
-                                next.push(tp);
-                            } else {
-                                out.insert(tp, Err(dup(&e)));
-                            }
-                        }
-                        continue;
-                    }
-                };
-                let version = version_for(&conn, ApiKey::ListOffsets)?;
+        self.per_leader(
+            partitions,
+            None,
+            ApiKey::ListOffsets,
+            // ListOffsets answers an unknown partition at once instead of waiting for it.
+            true,
+            |tps| {
                 let mut req = ListOffsetsRequest::default();
                 req.replica_id = (-1).into();
                 req.isolation_level = isolation_level;
                 req.timeout_ms = timeout_ms;
-                req.topics = by_topic(&tps)
+                req.topics = by_topic(tps)
                     .into_iter()
                     .map(|(t, ps)| {
                         let mut lt = ListOffsetsTopic::default();
@@ -345,49 +291,95 @@ impl Admin {
                         lt
                     })
                     .collect();
-                requests.push((tps, conn, version, req));
-            }
-            for (tps, resp) in fan_out(requests).await {
-                match resp {
-                    Ok(resp) => {
-                        let mut answered = Vec::new();
-                        for t in resp.topics {
-                            let name = t.name.0.to_string();
-                            for p in t.partitions {
-                                let tp = (name.clone(), p.partition_index);
-                                answered.push(tp.clone());
-                                match Error::kafka(p.error_code, None) {
-                                    Some(e) if e.is_retriable() && !last => {
-                                        if e.invalidates_metadata() {
-                                            self.client().invalidate_topic(&name);
-                                        }
-                                        next.push(tp)
-                                    }
-                                    Some(e) => {
-                                        out.insert(tp, Err(e));
-                                    }
-                                    None => {
-                                        out.insert(
-                                            tp,
-                                            Ok(ListedOffset {
-                                                offset: p.offset,
-                                                timestamp: p.timestamp,
-                                                leader_epoch: opt_epoch(p.leader_epoch),
-                                            }),
-                                        );
-                                    }
-                                }
+                req
+            },
+            |resp| {
+                resp.topics
+                    .into_iter()
+                    .flat_map(|t| {
+                        let name = t.name.0.to_string();
+                        t.partitions.into_iter().map(move |p| {
+                            let r = match Error::kafka(p.error_code, None) {
+                                Some(e) => Err(e),
+                                None => Ok(ListedOffset {
+                                    offset: p.offset,
+                                    timestamp: p.timestamp,
+                                    leader_epoch: opt_epoch(p.leader_epoch),
+                                }),
+                            };
+                            ((name.clone(), p.partition_index), r)
+                        })
+                    })
+                    .collect()
+            },
+        )
+        .await
+    }
+
+    /// Sends a request per partition leader (or to `broker` only, when given: any replica can
+    /// answer for its copy) covering its partitions, all leaders at once, and retries the
+    /// partitions whose leader moved or was not ready on fresh metadata, until every partition
+    /// has a final result (bounded by the client's retries). Serves the calls Kafka routes with
+    /// its `PartitionLeaderStrategy` (ListOffsets, DescribeProducers). `fail_unknown`: an
+    /// unknown topic or partition is final instead of retried. Errors from a named broker are
+    /// final: its answer is the answer.
+    pub(crate) async fn per_leader<T, R, B, P>(
+        &self,
+        partitions: &[Tp],
+        broker: Option<i32>,
+        api: strom_protocol::kafka::messages::ApiKey,
+        fail_unknown: bool,
+        build: B,
+        parse: P,
+    ) -> Result<BTreeMap<Tp, Result<T>>>
+    where
+        R: Request + Send + Sync + 'static,
+        R::Response: Send + 'static,
+        B: Fn(&[Tp]) -> R,
+        P: Fn(R::Response) -> Vec<(Tp, Result<T>)>,
+    {
+        let mut out: BTreeMap<Tp, Result<T>> = BTreeMap::new();
+        let mut pending: Vec<Tp> = partitions.to_vec();
+        pending.sort();
+        pending.dedup();
+        let retries = self.client().config().retries;
+        let mut attempt = 0;
+        while !pending.is_empty() {
+            let last = attempt >= retries;
+            let mut next = Vec::new();
+            let mut by_leader: BTreeMap<i32, Vec<Tp>> = BTreeMap::new();
+            match broker {
+                Some(b) => {
+                    by_leader.insert(b, std::mem::take(&mut pending));
+                }
+                None => {
+                    let leaders = self.leaders(&pending).await?;
+                    for tp in std::mem::take(&mut pending) {
+                        match leaders.get(&tp) {
+                            Some(Ok(l)) => by_leader.entry(*l).or_default().push(tp),
+                            Some(Err(e))
+                                if e.is_retriable()
+                                    && !last
+                                    && !(fail_unknown
+                                        && e.code()
+                                            == Some(ErrorCode::UnknownTopicOrPartition)) =>
+                            {
+                                next.push(tp)
                             }
-                        }
-                        for tp in tps {
-                            if !answered.contains(&tp) {
-                                out.insert(
-                                    tp,
-                                    Err(Error::Protocol("no ListOffsets answer".into())),
-                                );
+                            Some(Err(e)) => {
+                                out.insert(tp, Err(dup(e)));
+                            }
+                            None => {
+                                out.insert(tp, Err(Error::Protocol("no metadata".into())));
                             }
                         }
                     }
+                }
+            }
+            let mut requests = Vec::new();
+            for (leader, tps) in by_leader {
+                let conn = match self.client().connection(leader).await {
+                    Ok(c) => c,
                     Err(e) => {
                         for tp in tps {
                             if e.is_retriable() && !last {
@@ -396,6 +388,45 @@ impl Admin {
                                 out.insert(tp, Err(dup(&e)));
                             }
                         }
+                        continue;
+                    }
+                };
+                let version = version_for(&conn, api)?;
+                let req = build(&tps);
+                requests.push((tps, conn, version, req));
+            }
+            for (tps, resp) in fan_out(requests).await {
+                let resp = match resp {
+                    Ok(r) => r,
+                    Err(e) => {
+                        for tp in tps {
+                            if e.is_retriable() && !last {
+                                next.push(tp);
+                            } else {
+                                out.insert(tp, Err(dup(&e)));
+                            }
+                        }
+                        continue;
+                    }
+                };
+                let mut answered = Vec::new();
+                for (tp, r) in parse(resp) {
+                    answered.push(tp.clone());
+                    match r {
+                        Err(e) if e.is_retriable() && !last && broker.is_none() => {
+                            if e.invalidates_metadata() {
+                                self.client().invalidate_topic(&tp.0);
+                            }
+                            next.push(tp);
+                        }
+                        r => {
+                            out.insert(tp, r);
+                        }
+                    }
+                }
+                for tp in tps {
+                    if !answered.contains(&tp) {
+                        out.insert(tp, Err(Error::Protocol(format!("no {api:?} answer"))));
                     }
                 }
             }
@@ -404,6 +435,50 @@ impl Admin {
                 tokio::time::sleep(self.client().config().backoff(attempt)).await;
                 attempt += 1;
             }
+        }
+        Ok(out)
+    }
+
+    /// The leader of each partition from fresh metadata; an error for partitions whose topic
+    /// does not exist or that have no leader (LEADER_NOT_AVAILABLE). Shared by the calls sent
+    /// to partition leaders (ListOffsets, DescribeProducers, WriteTxnMarkers).
+    pub(crate) async fn leaders(&self, partitions: &[Tp]) -> Result<HashMap<Tp, Result<i32>>> {
+        let topics: Vec<String> = by_topic(partitions).into_keys().collect();
+        let md = self
+            .client()
+            .retry(|| self.client().refresh_metadata(Some(&topics)))
+            .await?;
+        let mut leaders: HashMap<Tp, i32> = HashMap::new();
+        let mut topic_errors: HashMap<String, i16> = HashMap::new();
+        for t in &md.topics {
+            let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+            if t.error_code != 0 {
+                topic_errors.insert(name.clone(), t.error_code);
+            }
+            for p in &t.partitions {
+                leaders.insert((name.clone(), p.partition_index), p.leader_id.0);
+            }
+        }
+        let mut out = HashMap::new();
+        for tp in partitions {
+            let r = match leaders.get(tp) {
+                Some(&l) if l >= 0 => Ok(l),
+                Some(_) => Err(Error::Kafka {
+                    code: ErrorCode::LeaderNotAvailable,
+                    message: None,
+                }),
+                None => {
+                    let code = topic_errors
+                        .get(&tp.0)
+                        .copied()
+                        .unwrap_or(ErrorCode::UnknownTopicOrPartition.code());
+                    Err(Error::kafka(code, None).unwrap_or(Error::Kafka {
+                        code: ErrorCode::UnknownTopicOrPartition,
+                        message: None,
+                    }))
+                }
+            };
+            out.insert(tp.clone(), r);
         }
         Ok(out)
     }
