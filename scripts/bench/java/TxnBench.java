@@ -118,6 +118,6 @@ public class TxnBench {
         pr.close();
         consumer.close();
         System.out.printf(Locale.ROOT, "RESULT e2e_p50_ms=%.2f e2e_p99_ms=%.2f e2e_max_ms=%.2f records=%d%n",
-            pct(lat, 0.5), pct(lat, 0.99), lat.isEmpty() ? -1 : Collections.max(lat), lat.size());
+            pct(lat, 0.5), pct(lat, 0.99), lat.isEmpty() ? -1.0 : Collections.max(lat), lat.size());
     }
 }
