@@ -80,10 +80,24 @@ pub async fn handle_for_client(
     }
     // KIP-890: the transaction coordinator is asked first (no lock is held meanwhile); the
     // appends then carry the guards their verification started with.
-    let verified = match verify_transactional_batches(broker, &req, version).await {
+    let mut verified = match verify_transactional_batches(broker, &req, version).await {
         Ok(v) => v,
         Err(code) => return error_response(req, code),
     };
+    if verified
+        .errors
+        .values()
+        .any(|c| *c == ErrorCode::ConcurrentTransactions)
+        && wait_out_concurrent_transactions(broker, &req, version, &verified).await
+    {
+        // The coordinator now takes the partitions: verify again with fresh guards, taken
+        // after every marker of the previous transaction has landed (a guard taken while one
+        // was still in flight would be voided by it).
+        verified = match verify_transactional_batches(broker, &req, version).await {
+            Ok(v) => v,
+            Err(code) => return error_response(req, code),
+        };
+    }
     let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
     let (mut resp, pending) = append_all(broker, req, version, internal_topics_allowed, &verified);
     if pending.is_empty() {
@@ -98,6 +112,70 @@ pub async fn handle_for_client(
         }
     }
     resp
+}
+
+/// CONCURRENT_TRANSACTIONS from the coordinator (usually the producer's previous transaction
+/// still writing its markers) is asked again every `add.partitions.to.txn.retry.backoff.ms`
+/// (20) for up to `add.partitions.to.txn.retry.backoff.max.ms` (100) before it is answered, as
+/// Kafka's broker does, so the producer's next transaction does not wait out its own 100 ms
+/// backoff. The questions here take no guard; true once the coordinator answered without it.
+async fn wait_out_concurrent_transactions(
+    broker: &Arc<Broker>,
+    req: &ProduceRequest,
+    version: i16,
+    verified: &Verified,
+) -> bool {
+    let Some(transactional_id) = req.transactional_id.as_ref().map(|t| t.0.to_string()) else {
+        return false;
+    };
+    let Some((producer_id, producer_epoch, _)) = req
+        .topic_data
+        .iter()
+        .flat_map(|t| t.partition_data.iter())
+        .find_map(|p| p.records.as_deref().and_then(transactional_producer))
+    else {
+        return false;
+    };
+    let partitions: Vec<TopicPartition> = verified
+        .errors
+        .iter()
+        .filter(|(_, c)| **c == ErrorCode::ConcurrentTransactions)
+        .map(|(tp, _)| tp.clone())
+        .collect();
+    let ms = |key: &str, default: u64| {
+        Duration::from_millis(
+            broker
+                .config
+                .props
+                .get(key)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default),
+        )
+    };
+    let backoff = ms("add.partitions.to.txn.retry.backoff.ms", 20);
+    let max = ms("add.partitions.to.txn.retry.backoff.max.ms", 100);
+    let op = TransactionSupportedOperation::for_produce_version(version);
+    let started = std::time::Instant::now();
+    while started.elapsed() + backoff <= max {
+        tokio::time::sleep(backoff).await;
+        let errors = broker
+            .add_partitions_to_txn_manager
+            .verify_transaction(
+                &transactional_id,
+                producer_id,
+                producer_epoch,
+                &partitions,
+                op,
+            )
+            .await;
+        if !errors
+            .values()
+            .any(|c| *c == ErrorCode::ConcurrentTransactions)
+        {
+            return errors.is_empty();
+        }
+    }
+    false
 }
 
 /// The outcome of a produce's KIP-890 verification: per partition, the guard its append must
