@@ -109,6 +109,10 @@ const KNOWN_BROKER_KEYS: &[&str] = &[
     "transaction.remove.expired.transaction.cleanup.interval.ms",
     // KIP-890 (the produce path and ApiVersions).
     "transaction.partition.verification.enable",
+    "add.partitions.to.txn.retry.backoff.ms",
+    "add.partitions.to.txn.retry.backoff.max.ms",
+    // WriteTxnMarkers' wait for the HW; the txn-markers / txn-verification requests.
+    "request.timeout.ms",
     "transaction.version",
 ];
 
@@ -169,6 +173,13 @@ pub struct BrokerConfig {
     /// asks the transaction coordinator before a transactional batch opens a transaction in a
     /// partition.
     pub transaction_partition_verification_enable: bool,
+    /// `add.partitions.to.txn.retry.backoff.ms` (20) and `.max.ms` (100): how often and for how
+    /// long the leader asks the coordinator again on CONCURRENT_TRANSACTIONS before answering it.
+    pub add_partitions_to_txn_retry_backoff_ms: u64,
+    pub add_partitions_to_txn_retry_backoff_max_ms: u64,
+    /// `request.timeout.ms` (30000): bounds the wait for WriteTxnMarkers' markers to be
+    /// replicated, and the transaction markers' and verification's inter-broker requests.
+    pub request_timeout_ms: u64,
     /// The finalized level of the `transaction.version` feature (0..=2; default 2, a new Kafka
     /// 4.4 cluster's). Strom has no feature records: the property stands for the level the
     /// cluster finalized, and every node must be given the same.
@@ -413,6 +424,17 @@ impl BrokerConfig {
                 "transaction.partition.verification.enable",
                 true,
             )?,
+            add_partitions_to_txn_retry_backoff_ms: parse(
+                &props,
+                "add.partitions.to.txn.retry.backoff.ms",
+                20,
+            )?,
+            add_partitions_to_txn_retry_backoff_max_ms: parse(
+                &props,
+                "add.partitions.to.txn.retry.backoff.max.ms",
+                100,
+            )?,
+            request_timeout_ms: parse(&props, "request.timeout.ms", 30_000)?,
             transaction_version: transaction_version(&props)?,
             props,
         };

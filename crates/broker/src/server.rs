@@ -356,7 +356,7 @@ impl Server {
                 crate::coordinator::transactions::BrokerMarkerChannel::new(
                     metadata.clone(),
                     inter_broker.clone(),
-                    std::time::Duration::from_secs(30),
+                    std::time::Duration::from_millis(config.request_timeout_ms),
                 ),
             );
         metadata_loader.install(
@@ -371,7 +371,7 @@ impl Server {
             metadata.clone(),
             inter_broker.clone(),
             transaction_coordinator.clone(),
-            std::time::Duration::from_secs(30),
+            std::time::Duration::from_millis(config.request_timeout_ms),
         );
         controller.set_publisher(metadata_loader.sink());
         if config.controller_quorum.is_none() {

@@ -142,18 +142,8 @@ async fn wait_out_concurrent_transactions(
         .filter(|(_, c)| **c == ErrorCode::ConcurrentTransactions)
         .map(|(tp, _)| tp.clone())
         .collect();
-    let ms = |key: &str, default: u64| {
-        Duration::from_millis(
-            broker
-                .config
-                .props
-                .get(key)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(default),
-        )
-    };
-    let backoff = ms("add.partitions.to.txn.retry.backoff.ms", 20);
-    let max = ms("add.partitions.to.txn.retry.backoff.max.ms", 100);
+    let backoff = Duration::from_millis(broker.config.add_partitions_to_txn_retry_backoff_ms);
+    let max = Duration::from_millis(broker.config.add_partitions_to_txn_retry_backoff_max_ms);
     let op = TransactionSupportedOperation::for_produce_version(version);
     let started = std::time::Instant::now();
     while started.elapsed() + backoff <= max {

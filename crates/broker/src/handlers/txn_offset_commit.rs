@@ -6,10 +6,8 @@
 
 use std::sync::Arc;
 
+use strom_group_coordinator::service::txn_offset_commit_error;
 use strom_group_coordinator::topic::GROUP_METADATA_TOPIC_NAME;
-use strom_protocol::kafka::messages::txn_offset_commit_response::{
-    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
-};
 use strom_protocol::kafka::messages::*;
 use strom_protocol::ErrorCode;
 
@@ -51,7 +49,7 @@ pub async fn txn_offset_commit(
             )
             .await;
         if let Some(&code) = errors.get(&tp) {
-            return error_response(&req, coordinator_error(code, op));
+            return txn_offset_commit_error(&req, coordinator_error(code, op));
         }
     }
     b.group_coordinator
@@ -73,27 +71,4 @@ fn coordinator_error(code: ErrorCode, op: TransactionSupportedOperation) -> Erro
         }
         other => other,
     }
-}
-
-/// `code` for every partition of the request (Kafka's `TxnOffsetCommitRequest.getErrorResponse`).
-fn error_response(req: &TxnOffsetCommitRequest, code: ErrorCode) -> TxnOffsetCommitResponse {
-    TxnOffsetCommitResponse::default().with_topics(
-        req.topics
-            .iter()
-            .map(|t| {
-                TxnOffsetCommitResponseTopic::default()
-                    .with_name(t.name.clone())
-                    .with_partitions(
-                        t.partitions
-                            .iter()
-                            .map(|p| {
-                                TxnOffsetCommitResponsePartition::default()
-                                    .with_partition_index(p.partition_index)
-                                    .with_error_code(code.code())
-                            })
-                            .collect(),
-                    )
-            })
-            .collect(),
-    )
 }

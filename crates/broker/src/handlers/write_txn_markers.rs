@@ -23,19 +23,10 @@ use crate::partition::{Partition, PartitionError};
 use crate::replication::{wait_for_acks, AckResult};
 use crate::server::Broker;
 
-/// Kafka's `request.timeout.ms` default, which bounds the wait for the markers' HW.
-const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
-
 /// Versions 1 and 2 (v2 adds each marker's transaction version; v1's markers are version 0).
 pub async fn handle(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse {
-    let timeout = Duration::from_millis(
-        broker
-            .config
-            .props
-            .get("request.timeout.ms")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(DEFAULT_REQUEST_TIMEOUT_MS),
-    );
+    // `request.timeout.ms` bounds the wait for the markers' HW.
+    let timeout = Duration::from_millis(broker.config.request_timeout_ms);
     let now = crate::now_ms();
     // (marker, topic, partition) of each append waiting for its HW.
     let mut pending: Vec<(usize, usize, usize, Arc<Partition>, i64)> = Vec::new();

@@ -30,7 +30,7 @@ mod consumer;
 mod offsets;
 mod transactions;
 
-pub use transactions::write_txn_markers_error;
+pub use transactions::{txn_offset_commit_error, write_txn_markers_error};
 
 /// What a group request carries besides its body (Kafka's `AuthorizableRequestContext` as the
 /// group coordinator uses it).

@@ -41,19 +41,10 @@ impl GroupCoordinatorService {
         req: TxnOffsetCommitRequest,
     ) -> TxnOffsetCommitResponse {
         let group_id = req.group_id.0.to_string();
-        let mut answers = PartitionAnswers::default();
         if group_id.is_empty() {
-            for t in &req.topics {
-                for p in &t.partitions {
-                    answers.add(
-                        t.name.0.as_str(),
-                        p.partition_index,
-                        ErrorCode::InvalidGroupId.code(),
-                    );
-                }
-            }
-            return txn_offset_commit_response(answers);
+            return txn_offset_commit_error(&req, ErrorCode::InvalidGroupId);
         }
+        let mut answers = PartitionAnswers::default();
         let image = self.metadata.read().clone();
         let topics = req.topics.iter().map(|t| {
             (
@@ -164,6 +155,20 @@ pub fn write_txn_markers_error(e: &CoordinatorError) -> ErrorCode {
         | ErrorCode::CoordinatorLoadInProgress => ErrorCode::NotLeaderOrFollower,
         other => other,
     }
+}
+
+/// `code` for every partition of `req` (Kafka's `TxnOffsetCommitRequest.getErrorResponse`).
+pub fn txn_offset_commit_error(
+    req: &TxnOffsetCommitRequest,
+    code: ErrorCode,
+) -> TxnOffsetCommitResponse {
+    let mut answers = PartitionAnswers::default();
+    for t in &req.topics {
+        for p in &t.partitions {
+            answers.add(t.name.0.as_str(), p.partition_index, code.code());
+        }
+    }
+    txn_offset_commit_response(answers)
 }
 
 fn txn_offset_commit_response(answers: PartitionAnswers) -> TxnOffsetCommitResponse {
