@@ -516,7 +516,6 @@ impl BrokerConfig {
             transaction_verification_enabled: self.transaction_partition_verification_enable,
             ..LogConfig::default()
         };
-        let mut delete_policy = true;
         for (def, v, _) in self.effective_topic_configs(overrides) {
             let int = || v.trim().parse::<i64>().unwrap_or(0);
             match def.name {
@@ -530,7 +529,16 @@ impl BrokerConfig {
                 "flush.messages" => c.flush_interval_messages = int(),
                 "flush.ms" => c.flush_ms = int(),
                 "file.delete.delay.ms" => c.file_delete_delay_ms = int(),
-                "cleanup.policy" => delete_policy = v.split(',').any(|p| p.trim() == "delete"),
+                "cleanup.policy" => {
+                    c.delete = v.split(',').any(|p| p.trim() == "delete");
+                    c.compact = v.split(',').any(|p| p.trim() == "compact");
+                }
+                "min.cleanable.dirty.ratio" => {
+                    c.min_cleanable_dirty_ratio = v.trim().parse().unwrap_or(0.5)
+                }
+                "min.compaction.lag.ms" => c.min_compaction_lag_ms = int(),
+                "max.compaction.lag.ms" => c.max_compaction_lag_ms = int(),
+                "delete.retention.ms" => c.delete_retention_ms = int(),
                 "message.timestamp.type" => {
                     c.message_timestamp_type = if v == "LogAppendTime" {
                         TimestampType::LogAppendTime
@@ -542,9 +550,8 @@ impl BrokerConfig {
             }
         }
         // Kafka applies retention by time and size only to topics whose cleanup policy has
-        // `delete`; a compacted-only topic (the internal ones) keeps its segments until the
-        // cleaner, which Strom does not have yet, compacts them.
-        if !delete_policy {
+        // `delete`; a compacted-only topic loses records to the cleaner alone.
+        if !c.delete {
             c.retention_ms = -1;
             c.retention_bytes = -1;
         }

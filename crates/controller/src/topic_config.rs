@@ -9,6 +9,7 @@ pub enum ConfigType {
     String = 2,
     Int = 3,
     Long = 5,
+    Double = 6,
     List = 7,
 }
 
@@ -17,6 +18,8 @@ pub enum Validator {
     /// An integer not below the bound.
     AtLeast(i64),
     OneOf(&'static [&'static str]),
+    /// A floating point number within the bounds, both included (Kafka's `Range.between`).
+    Between(f64, f64),
     Boolean,
 }
 
@@ -39,9 +42,8 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         broker_key: "log.cleanup.policy",
         default: "delete",
         ty: ConfigType::List,
-        // Compaction is not implemented yet; accepting "compact" would be a silent lie.
-        validator: Validator::OneOf(&["delete"]),
-        doc: "The retention policy to use on log segments (only delete is supported).",
+        validator: Validator::OneOf(&["compact", "delete"]),
+        doc: "The retention policy to use on log segments: delete, compact, or both.",
     },
     TopicConfigDef {
         name: "compression.type",
@@ -52,6 +54,14 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         // implemented, so only the value that describes that behaviour is accepted.
         validator: Validator::OneOf(&["producer"]),
         doc: "The final compression type for a topic (only producer is supported).",
+    },
+    TopicConfigDef {
+        name: "delete.retention.ms",
+        broker_key: "log.cleaner.delete.retention.ms",
+        default: "86400000",
+        ty: ConfigType::Long,
+        validator: Validator::AtLeast(0),
+        doc: "How long tombstones and transaction markers are kept after the segment holding them was cleaned.",
     },
     TopicConfigDef {
         name: "file.delete.delay.ms",
@@ -100,6 +110,30 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         ty: ConfigType::String,
         validator: Validator::OneOf(&["CreateTime", "LogAppendTime"]),
         doc: "Whether record timestamps are the producer's create time or the log append time.",
+    },
+    TopicConfigDef {
+        name: "max.compaction.lag.ms",
+        broker_key: "log.cleaner.max.compaction.lag.ms",
+        default: LONG_MAX,
+        ty: ConfigType::Long,
+        validator: Validator::AtLeast(1),
+        doc: "The maximum time a record stays ineligible for compaction.",
+    },
+    TopicConfigDef {
+        name: "min.cleanable.dirty.ratio",
+        broker_key: "log.cleaner.min.cleanable.ratio",
+        default: "0.5",
+        ty: ConfigType::Double,
+        validator: Validator::Between(0.0, 1.0),
+        doc: "The dirty share of a log at which the cleaner compacts it.",
+    },
+    TopicConfigDef {
+        name: "min.compaction.lag.ms",
+        broker_key: "log.cleaner.min.compaction.lag.ms",
+        default: "0",
+        ty: ConfigType::Long,
+        validator: Validator::AtLeast(0),
+        doc: "The minimum time a record stays uncompacted in the log.",
     },
     TopicConfigDef {
         name: "min.insync.replicas",
@@ -190,6 +224,12 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
                 )));
             }
         }
+        Validator::Between(lo, hi) => {
+            let v: f64 = value.trim().parse().map_err(|_| invalid("Not a number"))?;
+            if !(lo..=hi).contains(&v) {
+                return Err(invalid(&format!("Value must be between {lo} and {hi}")));
+            }
+        }
         Validator::Boolean => {
             if !value.trim().eq_ignore_ascii_case("true")
                 && !value.trim().eq_ignore_ascii_case("false")
@@ -201,17 +241,9 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// [`validate`] for a config of `topic`: the internal topics (`__consumer_offsets`,
-/// `__transaction_state`) are compacted, as Kafka creates them, so `cleanup.policy=compact`
-/// is accepted for them alone. Nothing deletes their segments by retention (the log cleaner
-/// comes with compaction; see the broker's `log_config`).
-pub fn validate_for_topic(topic: &str, name: &str, value: &str) -> Result<(), String> {
-    if name == "cleanup.policy"
-        && crate::names::INTERNAL_TOPICS.contains(&topic)
-        && value.split(',').map(str::trim).all(|v| v == "compact")
-    {
-        return Ok(());
-    }
+/// [`validate`] for a config of `topic`: every topic, internal or not, takes the same values
+/// (the internal topics are compacted as Kafka creates them).
+pub fn validate_for_topic(_topic: &str, name: &str, value: &str) -> Result<(), String> {
     validate(name, value)
 }
 
@@ -223,7 +255,8 @@ mod tests {
     fn internal_topics_may_be_compacted() {
         assert!(validate_for_topic("__consumer_offsets", "cleanup.policy", "compact").is_ok());
         assert!(validate_for_topic("__transaction_state", "cleanup.policy", "compact").is_ok());
-        assert!(validate_for_topic("orders", "cleanup.policy", "compact").is_err());
+        assert!(validate_for_topic("orders", "cleanup.policy", "compact,delete").is_ok());
+        assert!(validate_for_topic("orders", "cleanup.policy", "compact,other").is_err());
         assert!(validate_for_topic("__consumer_offsets", "cleanup.policy", "delete").is_ok());
         assert!(validate_for_topic("__consumer_offsets", "segment.bytes", "x").is_err());
     }
@@ -237,7 +270,10 @@ mod tests {
         assert!(validate("segment.bytes", "99999999999").is_err());
         assert!(validate("message.timestamp.type", "LogAppendTime").is_ok());
         assert!(validate("message.timestamp.type", "Other").is_err());
-        assert!(validate("cleanup.policy", "compact").is_err());
+        assert!(validate("cleanup.policy", "compact").is_ok());
+        assert!(validate("min.cleanable.dirty.ratio", "0.01").is_ok());
+        assert!(validate("min.cleanable.dirty.ratio", "1.5").is_err());
+        assert!(validate("min.cleanable.dirty.ratio", "x").is_err());
         assert!(validate("unclean.leader.election.enable", "TRUE").is_ok());
         assert_eq!(
             validate("no.such", "1").unwrap_err(),

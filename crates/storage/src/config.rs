@@ -9,12 +9,26 @@ pub enum TimestampType {
 }
 
 /// The topic-level settings the log itself acts on. `Default` gives Kafka's defaults.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
     /// `segment.bytes`
     pub segment_bytes: u64,
     /// `segment.ms`
     pub segment_ms: i64,
+    /// `cleanup.policy` has `delete`: retention by time and size applies.
+    pub delete: bool,
+    /// `cleanup.policy` has `compact`: the log cleaner keeps the latest record per key.
+    pub compact: bool,
+    /// `min.cleanable.dirty.ratio`: the dirty share of the log at which it is cleaned.
+    pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: records younger than this are not cleaned.
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a log with a record older than this is cleaned whatever its
+    /// dirty ratio.
+    pub max_compaction_lag_ms: i64,
+    /// `delete.retention.ms`: how long tombstones and transaction markers stay after the
+    /// cleaner first saw them.
+    pub delete_retention_ms: i64,
     /// `retention.ms`; -1 = unlimited.
     pub retention_ms: i64,
     /// `retention.bytes`; -1 = unlimited.
@@ -48,6 +62,12 @@ impl Default for LogConfig {
         Self {
             segment_bytes: 1024 * 1024 * 1024,
             segment_ms: 7 * 24 * 60 * 60 * 1000,
+            delete: true,
+            compact: false,
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            delete_retention_ms: 86_400_000,
             retention_ms: 7 * 24 * 60 * 60 * 1000,
             retention_bytes: -1,
             index_interval_bytes: 4096,
