@@ -36,6 +36,7 @@
 //! `strom_protocol::batch`), except control batches (one tiny record: the transaction marker).
 
 pub mod checkpoint;
+pub mod cleaner;
 pub mod config;
 pub mod file_cache;
 pub mod index;
@@ -53,6 +54,7 @@ use strom_protocol::kafka::messages::ApiKey;
 use strom_protocol::ErrorCode;
 use thiserror::Error;
 
+pub use cleaner::{CleanTask, CleanedGroup, CleanerStats, LogToClean, OffsetMap, Throttler};
 pub use config::{LogConfig, TimestampType};
 pub use file_cache::FileCache;
 pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
