@@ -350,3 +350,11 @@ pub(super) fn recover_swap_files(dir: &Path) -> Result<(), StorageError> {
     sync_dir(dir)?;
     Ok(())
 }
+
+#[cfg(test)]
+impl UnifiedLog {
+    /// The segment list readers see now (a reader mid-read holds one like it).
+    pub(crate) fn reader_snapshot(&self) -> crate::reader::Snapshot {
+        self.shared.snapshot()
+    }
+}

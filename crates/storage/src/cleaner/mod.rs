@@ -354,6 +354,16 @@ impl CleanTask {
             .is_some_and(|f| f.load(Ordering::Acquire))
     }
 
+    /// [`read_chunk`], or `None` when the read failed because the segment left the log
+    /// meanwhile (retention, truncation, deletion): the run stops, as Kafka's `checkDone`.
+    fn read(&self, seg: &SegmentToClean, pos: u64) -> Result<Option<Vec<u8>>, StorageError> {
+        match read_chunk(seg, pos) {
+            Ok(c) => Ok(Some(c)),
+            Err(_) if seg.data.is_removed() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The aborted transactions overlapping [`start`, `upper`), from the segment holding
     /// `start` on (Kafka's `collectAbortedTransactions`).
     fn aborted_txns(&self, start: i64, upper: i64) -> Vec<crate::txn_index::AbortedTxn> {
@@ -478,7 +488,9 @@ impl CleanTask {
             if self.aborted() {
                 return Ok(MapOutcome::Aborted);
             }
-            let chunk = read_chunk(seg, pos)?;
+            let Some(chunk) = self.read(seg, pos)? else {
+                return Ok(MapOutcome::Aborted);
+            };
             throttler.maybe_throttle(chunk.len() as f64);
             for view in batches(&chunk) {
                 let view = view?;
@@ -573,7 +585,9 @@ impl CleanTask {
             if self.aborted() {
                 return Ok(false);
             }
-            let chunk = read_chunk(seg, pos)?;
+            let Some(chunk) = self.read(seg, pos)? else {
+                return Ok(false);
+            };
             pass.throttler.maybe_throttle(chunk.len() as f64);
             let mut out = Vec::new();
             for view in batches(&chunk) {
