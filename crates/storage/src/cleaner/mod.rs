@@ -4,12 +4,12 @@
 //! The broker's cleaner threads drive it in three steps, only the first and last under the
 //! partition's lock:
 //!
-//! 1. [`UnifiedLog::cleanable`] (Kafka's `cleanableOffsets` + `LogToClean`): the first dirty
+//! 1. [`crate::UnifiedLog::cleanable`] (Kafka's `cleanableOffsets` + `LogToClean`): the first dirty
 //!    offset (the cleaner-offset-checkpoint entry, reset to the log start when out of range),
 //!    the first uncleanable offset (the lowest of the last stable offset, the active segment
 //!    and the first segment younger than `min.compaction.lag.ms`, rounded down to a segment
 //!    base), the clean and cleanable bytes, their ratio and whether `max.compaction.lag.ms`
-//!    forces a clean now. [`UnifiedLog::prepare_clean`] then snapshots what the clean needs.
+//!    forces a clean now. [`crate::UnifiedLog::prepare_clean`] then snapshots what the clean needs.
 //! 2. [`CleanTask::run`], without any lock: an [`OffsetMap`] (key MD5 -> latest offset) over
 //!    the dirty range, skipping aborted transactions' records and control batches, until the
 //!    map is full (`log.cleaner.io.buffer.load.factor`); then every segment from the log
@@ -24,7 +24,7 @@
 //!      after that horizon removes them;
 //!    - aborted transactions' records go; an ABORT marker stays while records of its
 //!      transaction were seen in the pass (and is then indexed in the cleaned `.txnindex`), a
-//!      COMMIT marker may go once none were ([`txn_meta`]);
+//!      COMMIT marker may go once none were (Kafka's `CleanedTransactionMetadata`);
 //!    - the last batch of every active producer stays, emptied of records if need be
 //!      (RETAIN_EMPTY), so its sequence and epoch survive and idempotent retries still dedup;
 //!      so does the batch ending the cleaning round, keeping the log's offsets;
@@ -32,17 +32,17 @@
 //!      timestamp type and codec; a batch with nothing removed (and no horizon to stamp) is
 //!      copied byte for byte, others are re-encoded (compressed again with their codec) with
 //!      a new CRC. Indexes, time index and `.txnindex` of the cleaned segment are rebuilt.
-//! 3. [`UnifiedLog::replace_segments`] for each group, as Kafka's `replaceSegments`: the
+//! 3. [`crate::UnifiedLog::replace_segments`] for each group, as Kafka's `replaceSegments`: the
 //!    `.cleaned` files (flushed) are renamed `.swap`, the new segment list is published to
 //!    readers, the old segments' files are renamed `.deleted` (removed after
 //!    `file.delete.delay.ms`), the `.swap` files take the final names and the directory is
 //!    fsynced. A group whose segments are no longer exactly the log's (retention, truncation
-//!    since [`UnifiedLog::prepare_clean`]) is discarded and the run stops.
+//!    since [`crate::UnifiedLog::prepare_clean`]) is discarded and the run stops.
 //!
 //! A reader holding the old snapshot keeps reading the old files: segment files are opened
 //! through their own [`crate::file_cache::FileSlot`], whose path follows renames, never by name.
 //!
-//! Crash recovery ([`UnifiedLog::open`], Kafka's `LogLoader`): `.cleaned` files are deleted, and
+//! Crash recovery ([`crate::UnifiedLog::open`], Kafka's `LogLoader`): `.cleaned` files are deleted, and
 //! so is any `.swap` at or above the lowest `.cleaned` offset (an unfinished rename); a
 //! complete `.swap` replaces the segment files whose base offsets lie in its offset range and
 //! is renamed to its final name. The environment variable `STROM_CLEANER_CRASH_AT` naming a
@@ -108,7 +108,7 @@ pub(crate) fn crash_point(step: &str, injected: Option<&str>) -> Result<(), Stor
     Ok(())
 }
 
-/// What [`UnifiedLog::cleanable`] found (Kafka's `LogToClean` with `OffsetsToClean`).
+/// What [`crate::UnifiedLog::cleanable`] found (Kafka's `LogToClean` with `OffsetsToClean`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LogToClean {
     pub first_dirty_offset: i64,
@@ -187,7 +187,7 @@ pub struct CleanerStats {
 }
 
 /// One rewritten group of segments, `.cleaned` files complete and flushed, for
-/// [`UnifiedLog::replace_segments`]. Dropped unused, its files are deleted.
+/// [`crate::UnifiedLog::replace_segments`]. Dropped unused, its files are deleted.
 pub struct CleanedGroup {
     pub(crate) segment: Option<LogSegment>,
     /// The segments it replaces (base offset and identity).
@@ -231,7 +231,7 @@ impl Drop for CleanedGroup {
 }
 
 /// Everything one clean of one log needs, taken under the partition's lock by
-/// [`UnifiedLog::prepare_clean`]; [`Self::run`] needs no lock.
+/// [`crate::UnifiedLog::prepare_clean`]; [`Self::run`] needs no lock.
 pub struct CleanTask {
     pub(crate) dir: PathBuf,
     pub(crate) config: LogConfig,
@@ -342,7 +342,7 @@ impl CleanTask {
         self.abort = Some(flag);
     }
 
-    /// Makes [`UnifiedLog::replace_segments`] fail at `step` (one of [`CRASH_STEPS`]) for the
+    /// Makes [`crate::UnifiedLog::replace_segments`] fail at `step` (one of [`CRASH_STEPS`]) for the
     /// groups of this run, leaving the files as a crash there would: the crash tests' hook.
     pub fn set_crash_at(&mut self, step: Option<&str>) {
         self.crash_at = step.map(str::to_string);

@@ -733,3 +733,122 @@ fn groups_respect_size_and_offset_range() {
     let g = group_segments_by_size(&task.segments, size * 4, 1 << 20, 4);
     assert_eq!(g, vec![0..4]);
 }
+
+type Data = Vec<(i64, String, Option<String>)>;
+
+/// Fills a log whose clean changes it, for the crash tests.
+fn crash_fixture(dir: &Path) -> (Data, BTreeMap<String, String>) {
+    let mut log = open(dir, config());
+    fill(&mut log, &["a=1", "b=1", "a=2"]);
+    fill(&mut log, &["c=1", "b=2", "a=3"]);
+    append(&mut log, PLAIN, &[(Some("d"), Some("active"))], T0);
+    log.close().unwrap();
+    (data(&log), latest(&log))
+}
+
+const CHILD_DIR_ENV: &str = "STROM_CLEANER_TEST_DIR";
+
+#[test]
+fn the_process_aborting_at_each_swap_step_recovers() {
+    use std::os::unix::process::ExitStatusExt;
+    for step in CRASH_STEPS {
+        let dir = tempfile::tempdir().unwrap();
+        let (original, expect_latest) = crash_fixture(dir.path());
+        // The child is this test binary running `crash_child`, which cleans the log with
+        // STROM_CLEANER_CRASH_AT set: it must die by SIGABRT at the step.
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "cleaner::tests::crash_child",
+                "--ignored",
+                "--test-threads=1",
+            ])
+            .env(CRASH_ENV, step)
+            .env(CHILD_DIR_ENV, dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(status.signal(), Some(6), "{step}: {status:?}");
+        let log = open(dir.path(), config());
+        let after = data(&log);
+        assert_eq!(latest(&log), expect_latest, "{step}");
+        assert_eq!(log.log_end_offset(), 7, "{step}");
+        assert!(after.windows(2).all(|w| w[0].0 < w[1].0), "{step}");
+        assert!(after.iter().all(|r| original.contains(r)), "{step}");
+        if step == "after_cleaned" {
+            assert_eq!(after, original, "{step}");
+        } else {
+            assert_eq!(after.len(), 4, "{step}");
+        }
+        assert!(leftovers(dir.path()).is_empty(), "{step}");
+    }
+}
+
+#[test]
+#[ignore = "the child process of the_process_aborting_at_each_swap_step_recovers"]
+fn crash_child() {
+    let Ok(dir) = std::env::var(CHILD_DIR_ENV) else {
+        return;
+    };
+    // The abort is expected: no core file.
+    let _ = rustix::process::setrlimit(
+        rustix::process::Resource::Core,
+        rustix::process::Rlimit {
+            current: Some(0),
+            maximum: Some(0),
+        },
+    );
+    let mut log =
+        UnifiedLog::open_in(&FileCache::new(64), Path::new(&dir), config(), 0, true).unwrap();
+    let _ = clean_with(&mut log, None, T0, &mut OffsetMap::new(1 << 20), None);
+    panic!("the failpoint did not abort");
+}
+
+#[test]
+fn the_cleaner_types_cross_threads() {
+    fn send<T: Send>() {}
+    fn shared<T: Send + Sync>() {}
+    send::<CleanTask>();
+    send::<CleanedGroup>();
+    send::<OffsetMap>();
+    send::<CleanerStats>();
+    shared::<Throttler>();
+    shared::<LogToClean>();
+}
+
+#[test]
+fn a_producers_last_marker_keeps_its_epoch_through_cleaning() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), config());
+    let p = Producer {
+        pid: 4,
+        epoch: 0,
+        seq: 0,
+        txn: true,
+    };
+    append(&mut log, p, &[(Some("a"), Some("aborted"))], T0); // 0
+                                                              // The coordinator aborts with a bumped epoch (fencing): the producer has no data batch
+                                                              // of its current epoch, so its marker is what must survive.
+    marker(&mut log, 4, 1, TxnResult::Abort, T0); // 1
+    append(&mut log, PLAIN, &[(Some("a"), Some("x"))], T0); // 2
+    log.roll(T0).unwrap();
+    assert_eq!(log.producer_state().producers()[&4].producer_epoch, 1);
+    let now = T0 + 1_000;
+    for t in [now, now, now + RETENTION, now + RETENTION] {
+        clean(&mut log, t);
+    }
+    let bytes = raw(&log);
+    let first = BatchView::parse(&bytes).unwrap();
+    assert!(first.is_control());
+    assert_eq!((first.base_offset(), first.records_count()), (1, 0));
+    assert_eq!((first.producer_id(), first.producer_epoch()), (4, 1));
+    assert_eq!(data(&log), vec![(2, "a".into(), Some("x".into()))]);
+    // The producer's epoch survives a restart (from its snapshot: as in Kafka, replaying an
+    // emptied control batch restores nothing, its header only keeps the offsets and epoch).
+    let mut log = log;
+    log.close().unwrap();
+    drop(log);
+    let log = UnifiedLog::open_in(&FileCache::new(64), dir.path(), config(), 0, true).unwrap();
+    assert_eq!(log.producer_state().producers()[&4].producer_epoch, 1);
+}
