@@ -110,17 +110,17 @@ fn checkpointed(data_dir: &Path, topic: &str) -> Option<i64> {
 
 /// Kafka's compaction guarantee, checked against what was written: offsets strictly
 /// increasing and each one a record that was written there; every record at or above
-/// `first_dirty` kept; below it, exactly the latest record of each key whose latest record is
-/// below it (tombstones included when `tombstones_kept`, none of them otherwise).
+/// `first_dirty` kept; below it, exactly the latest record of each key among the records below
+/// it (tombstones included when `tombstones_kept`, none of them otherwise).
 fn check_compacted(
     read: &[(i64, String, Option<String>)],
     written: &Written,
     first_dirty: i64,
     tombstones_kept: bool,
 ) {
-    let mut latest: HashMap<&str, i64> = HashMap::new();
-    for (o, (k, _)) in written {
-        latest.insert(k, *o);
+    let mut latest_clean: HashMap<&str, i64> = HashMap::new();
+    for (o, (k, _)) in written.range(..first_dirty) {
+        latest_clean.insert(k, *o);
     }
     let mut prev = -1;
     for (o, k, v) in read {
@@ -132,9 +132,9 @@ fn check_compacted(
         assert_eq!((&w.0, &w.1), (k, v), "record at {o} changed");
         if *o < first_dirty {
             assert_eq!(
-                latest[k.as_str()],
+                latest_clean[k.as_str()],
                 *o,
-                "key {k} at {o} is not its latest record"
+                "key {k} at {o} is not its latest record below {first_dirty}"
             );
             if v.is_none() {
                 assert!(
@@ -146,12 +146,21 @@ fn check_compacted(
     }
     let read_offsets: std::collections::HashSet<i64> = read.iter().map(|r| r.0).collect();
     for (o, (k, v)) in written {
-        let must =
-            *o >= first_dirty || (latest[k.as_str()] == *o && (v.is_some() || tombstones_kept));
+        let must = *o >= first_dirty
+            || (latest_clean[k.as_str()] == *o && (v.is_some() || tombstones_kept));
         if must {
             assert!(read_offsets.contains(o), "record {o} ({k}) was lost");
         }
     }
+}
+
+/// Reads everything while the cleaner's checkpoint stays put: (first dirty offset, records).
+fn read_stable(broker: &Broker, topic: &str) -> (i64, Vec<(i64, String, Option<String>)>) {
+    eventually("a read between two cleans", || {
+        let before = checkpointed(&broker.data_dir(), topic)?;
+        let read = read_all(broker, topic);
+        (checkpointed(&broker.data_dir(), topic) == Some(before)).then_some((before, read))
+    })
 }
 
 /// After a crash: offsets strictly increasing, each record one written at that offset, and the
@@ -208,9 +217,9 @@ fn the_cleaner_keeps_the_latest_record_of_each_key_at_its_offset() {
     // More records so that all of the above leaves the active segment.
     produce(&broker, topic, &rounds(2, 20, 0), &mut written);
     let last = *written.keys().last().unwrap();
-    let first_dirty = wait_cleaned(&broker, topic, 300);
+    wait_cleaned(&broker, topic, 300);
+    let (first_dirty, read) = read_stable(&broker, topic);
     assert!(first_dirty <= last + 1);
-    let read = read_all(&broker, topic);
     check_compacted(&read, &written, first_dirty, true);
     assert!(
         read.len() < written.len() / 2,
@@ -236,7 +245,7 @@ fn tombstones_go_once_delete_retention_has_passed_after_a_clean() {
     // The first clean stamps the tombstones' delete horizon (now + 0); a later clean, made
     // necessary by new dirty records, removes them.
     let mut more = 0;
-    let read = eventually("the tombstones to be removed", || {
+    let _ = eventually("the tombstones to be removed", || {
         produce(&broker, topic, &rounds(3, 4, 0), &mut written);
         more += 1;
         assert!(more < 200, "tombstones never removed");
@@ -248,7 +257,7 @@ fn tombstones_go_once_delete_retention_has_passed_after_a_clean() {
             .count();
         (left == 0).then_some(read)
     });
-    let first_dirty = checkpointed(&broker.data_dir(), topic).unwrap();
+    let (first_dirty, read) = read_stable(&broker, topic);
     assert!(first_dirty > tombstones_end);
     // Everything of keys 0..10 is gone (their last records were tombstones).
     assert!(read
@@ -290,7 +299,8 @@ fn a_crash_at_each_step_of_the_swap_loses_and_duplicates_nothing() {
         // Nothing is lost or duplicated whatever the cleaner had done before the crash.
         eprintln!("{step}: files at the crash: {files:?}");
         check_nothing_lost(&read, &written, step);
-        let first_dirty = wait_cleaned(&broker, &topic, 50);
-        check_compacted(&read_all(&broker, &topic), &written, first_dirty, true);
+        wait_cleaned(&broker, &topic, 50);
+        let (first_dirty, read) = read_stable(&broker, &topic);
+        check_compacted(&read, &written, first_dirty, true);
     }
 }
