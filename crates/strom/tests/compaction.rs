@@ -87,11 +87,8 @@ fn read_all(broker: &Broker, topic: &str) -> Vec<(i64, String, Option<String>)> 
                 String::from_utf8(m.key().unwrap_or_default().to_vec()).unwrap(),
                 m.payload().map(|v| String::from_utf8(v.to_vec()).unwrap()),
             )),
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => {
-                if high == 0 {
-                    break;
-                }
-            }
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) if high == 0 => break,
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => {}
             Some(Err(e)) => panic!("consume: {e}"),
             None => {}
         }
