@@ -858,7 +858,8 @@ impl QuorumController {
                             "Null value not supported for: {name}"
                         ))
                     })?;
-                    topic_config::validate(name, &v).map_err(ControllerError::InvalidConfig)?;
+                    topic_config::validate_for_topic(topic, name, &v)
+                        .map_err(ControllerError::InvalidConfig)?;
                     configs.insert(name.clone(), v);
                 }
                 AlterConfigOp::Delete => {

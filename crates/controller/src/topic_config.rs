@@ -334,9 +334,17 @@ pub fn java_double(v: f64) -> String {
     }
 }
 
-/// [`validate`] for a config of `topic`: every topic, internal or not, takes the same values
-/// (the internal topics are compacted as Kafka creates them).
-pub fn validate_for_topic(_topic: &str, name: &str, value: &str) -> Result<(), String> {
+/// [`validate`] for a config of `topic`. `__transaction_state` also takes
+/// `compression.type=uncompressed`, which Kafka creates it with: only its coordinator writes
+/// there, always uncompressed, so the value is true without any recompression (which Strom
+/// does not do, hence `producer` alone for every other topic).
+pub fn validate_for_topic(topic: &str, name: &str, value: &str) -> Result<(), String> {
+    if topic == "__transaction_state"
+        && name == "compression.type"
+        && value.trim() == "uncompressed"
+    {
+        return Ok(());
+    }
     validate(name, value)
 }
 
@@ -352,6 +360,13 @@ mod tests {
         assert!(validate_for_topic("orders", "cleanup.policy", "compact,other").is_err());
         assert!(validate_for_topic("__consumer_offsets", "cleanup.policy", "delete").is_ok());
         assert!(validate_for_topic("__consumer_offsets", "segment.bytes", "x").is_err());
+        assert!(
+            validate_for_topic("__transaction_state", "compression.type", "uncompressed").is_ok()
+        );
+        assert!(
+            validate_for_topic("__consumer_offsets", "compression.type", "uncompressed").is_err()
+        );
+        assert!(validate_for_topic("orders", "compression.type", "uncompressed").is_err());
     }
 
     #[test]
