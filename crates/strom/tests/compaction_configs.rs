@@ -476,3 +476,115 @@ fn internal_topics_created_and_described_as_kafka() {
         assert_eq!(kafka_line.lines().next(), Some(line.as_str()));
     }
 }
+
+/// The `.log` bytes of a partition directory (Kafka's `UnifiedLog.size`).
+fn log_file_bytes(dir: &Path) -> i64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .map(|e| e.metadata().unwrap().len() as i64)
+        .sum()
+}
+
+/// `ld` with two partitions, three identical batches in partition 0.
+fn log_dirs_workload(bootstrap: &str) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    let t = NewTopic::new("ld", 2, TopicReplication::Fixed(1));
+    let res = block_on(admin.create_topics([&t], &AdminOptions::new())).unwrap();
+    assert!(res[0].is_ok(), "{res:?}");
+    for _ in 0..3 {
+        let a = raw_produce(
+            bootstrap,
+            "ld",
+            batch(&[Some("a"), Some("b")], Compression::None),
+        );
+        assert_eq!(a.0, 0, "{a:?}");
+    }
+}
+
+/// kafka-log-dirs.sh --describe (Kafka's LogDirsCommand): its JSON line, the log dir's path
+/// replaced by `DIR`.
+fn log_dirs_json(bootstrap: &str, dir: &str) -> String {
+    let out = Command::new("java")
+        .arg("-Xmx128m")
+        .arg("-cp")
+        .arg(classpath())
+        .arg("org.apache.kafka.tools.LogDirsCommand")
+        .args([
+            "--bootstrap-server",
+            bootstrap,
+            "--describe",
+            "--topic-list",
+            "ld",
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let json = text
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON from LogDirsCommand: {text}"));
+    json.replace(dir, "DIR")
+}
+
+#[test]
+fn describe_log_dirs_reports_the_files() {
+    use strom_protocol::kafka::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse};
+    let _serial = serial();
+    let strom = Broker::start();
+    log_dirs_workload(&strom.bootstrap());
+    let data = std::path::absolute(strom.data_dir()).unwrap();
+    let on_disk = log_file_bytes(&strom.partition_dir("ld", 0));
+    assert!(on_disk > 0);
+
+    for version in 1..=4 {
+        let mut s = TcpStream::connect(strom.bootstrap()).unwrap();
+        let resp: DescribeLogDirsResponse = raw_call(
+            &mut s,
+            ApiKey::DescribeLogDirs,
+            version,
+            &DescribeLogDirsRequest::default().with_topics(None),
+        );
+        assert_eq!(resp.results.len(), 1, "v{version}");
+        let r = &resp.results[0];
+        assert_eq!(r.error_code, 0);
+        assert_eq!(r.log_dir.as_str(), data.to_str().unwrap());
+        let ld = r
+            .topics
+            .iter()
+            .find(|t| t.name.0.as_str() == "ld")
+            .expect("ld listed");
+        let sizes: Vec<(i32, i64, i64)> = ld
+            .partitions
+            .iter()
+            .map(|p| (p.partition_index, p.partition_size, p.offset_lag))
+            .collect();
+        assert_eq!(sizes, [(0, on_disk, 0), (1, 0, 0)], "v{version}");
+        if version >= 4 {
+            assert!(r.total_bytes > 0 && (0..=r.total_bytes).contains(&r.usable_bytes));
+        }
+    }
+    if !java_available() {
+        return;
+    }
+    let got = log_dirs_json(&strom.bootstrap(), data.to_str().unwrap());
+    assert!(
+        got.contains(&format!(
+            "{{\"partition\":\"ld-0\",\"size\":{on_disk},\"offsetLag\":0,\"isFuture\":false}}"
+        )),
+        "{got}"
+    );
+    if let Some(kafka) = oracle() {
+        log_dirs_workload(&kafka.bootstrap());
+        let kafka_dir = std::path::absolute(kafka.data_dir()).unwrap();
+        assert_eq!(
+            got,
+            log_dirs_json(&kafka.bootstrap(), kafka_dir.to_str().unwrap())
+        );
+    }
+}
