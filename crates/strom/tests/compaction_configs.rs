@@ -699,3 +699,73 @@ fn legacy_alter_configs_replace_the_set_as_kafka() {
         assert_eq!(got, legacy_alter_steps(&kafka.bootstrap()));
     }
 }
+
+/// CreateTopics v7 answers (error code and message) for topics with these configs, on a
+/// broker whose `log.cleaner.min.compaction.lag.ms` is 50.
+fn create_with_broker_lag(bootstrap: &str) -> Vec<(i16, Option<String>)> {
+    use strom_protocol::kafka::messages::create_topics_request::{
+        CreatableTopic, CreatableTopicConfig,
+    };
+    use strom_protocol::kafka::messages::{CreateTopicsRequest, CreateTopicsResponse};
+    let cases: [(&str, &[(&str, &str)]); 3] = [
+        ("bl-conflict", &[("max.compaction.lag.ms", "10")]),
+        ("bl-fine", &[("max.compaction.lag.ms", "50")]),
+        (
+            "bl-own-min",
+            &[
+                ("min.compaction.lag.ms", "5"),
+                ("max.compaction.lag.ms", "10"),
+            ],
+        ),
+    ];
+    cases
+        .iter()
+        .map(|(name, configs)| {
+            let req = CreateTopicsRequest::default()
+                .with_timeout_ms(20_000)
+                .with_topics(vec![CreatableTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(name.to_string())))
+                    .with_num_partitions(1)
+                    .with_replication_factor(1)
+                    .with_configs(
+                        configs
+                            .iter()
+                            .map(|(k, v)| {
+                                CreatableTopicConfig::default()
+                                    .with_name(StrBytes::from_string(k.to_string()))
+                                    .with_value(Some(StrBytes::from_string(v.to_string())))
+                            })
+                            .collect(),
+                    )]);
+            let mut s = TcpStream::connect(bootstrap).unwrap();
+            let resp: CreateTopicsResponse = raw_call(&mut s, ApiKey::CreateTopics, 7, &req);
+            let t = &resp.topics[0];
+            (
+                t.error_code,
+                t.error_message.as_ref().map(|m| m.to_string()),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn broker_compaction_lag_defaults_take_part_in_the_cross_check() {
+    let _serial = serial();
+    let strom = Broker::start_with(&["log.cleaner.min.compaction.lag.ms=50"]);
+    let got = create_with_broker_lag(&strom.bootstrap());
+    assert_eq!(
+        got[0],
+        (
+            40,
+            Some(
+                "conflict topic config setting min.compaction.lag.ms (50) > max.compaction.lag.ms (10)"
+                    .into()
+            )
+        )
+    );
+    assert_eq!((got[1].0, got[2].0), (0, 0), "{got:?}");
+    if kafka_ref::oracle_available().is_ok() {
+        let kafka = KafkaRef::start_with_props("log.cleaner.min.compaction.lag.ms=50\n");
+        assert_eq!(got, create_with_broker_lag(&kafka.bootstrap()));
+    }
+}
