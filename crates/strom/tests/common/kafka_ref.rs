@@ -72,6 +72,16 @@ impl KafkaRef {
     pub fn bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
+
+    /// The broker's `log.dirs` (scripts/kafka-ref.sh puts it in DIR/data).
+    pub fn log_dir(&self) -> PathBuf {
+        self._dir.path().join("data")
+    }
+
+    /// The broker's log4j output.
+    pub fn server_log(&self) -> PathBuf {
+        self._dir.path().join("server.log")
+    }
 }
 
 impl Drop for KafkaRef {
