@@ -1,0 +1,142 @@
+//! __consumer_offsets stays bounded under continuous commits: a group commits offsets (with
+//! 400-byte metadata, for 8 partitions) back to back; the offsets topic has one partition and
+//! small segments, so it rolls every fraction of a second and only the cleaner keeps it small.
+//! Its size on disk (blocks allocated to every file of the partition dir, `.deleted` ones
+//! included; they go after log.segment.delete.delay.ms = 1 s) is sampled every 500 ms and must
+//! stay under a bound (48 segments) far below what was written.
+//!
+//! `offsets_topic_stays_bounded`: 40 s (in the suite).
+//! `offsets_topic_stays_bounded_long` (ignored): the same for STROM_OFFSETS_BOUND_SECS
+//! (default 600) seconds, printing the samples, for docs/PERFORMANCE.md:
+//!   cargo test -p strom --release --test compaction_offsets -- --ignored --nocapture
+//! `STROM_TEST_REFERENCE=kafka` runs them against Kafka 4.4 (segments of 1 MiB there: Kafka
+//! 4.x refuses smaller ones).
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{create_topic, reference_kafka, Broker};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+const PARTITIONS: i32 = 8;
+
+/// Bytes allocated on disk to the files in `dir`: (all files, `.deleted` files). Allocated, not
+/// apparent, sizes: an active segment's index files are preallocated sparse files.
+fn dir_bytes(dir: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let mut all = 0;
+    let mut deleted = 0;
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let len = e.metadata().map(|m| m.blocks() * 512).unwrap_or(0);
+            all += len;
+            if e.file_name().to_string_lossy().ends_with(".deleted") {
+                deleted += len;
+            }
+        }
+    }
+    (all, deleted)
+}
+
+fn run(duration: Duration, verbose: bool) {
+    let segment: u64 = if reference_kafka() { 1 << 20 } else { 64 << 10 };
+    let broker = Broker::start_with(&[
+        "offsets.topic.num.partitions=1",
+        &format!("offsets.topic.segment.bytes={segment}"),
+        "log.cleaner.backoff.ms=500",
+        "log.segment.delete.delay.ms=1000",
+    ]);
+    create_topic(&broker, "committed", PARTITIONS, &[]);
+    let c: BaseConsumer = common::client_config(&broker)
+        .set("group.id", "bounded-committer")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let dir = broker.partition_dir("__consumer_offsets", 0);
+    let meta = "m".repeat(400);
+    let start = Instant::now();
+    let mut next_sample = Duration::ZERO;
+    let (mut commits, mut max, mut max_live) = (0u64, 0u64, 0u64);
+    let mut samples = Vec::new();
+    while start.elapsed() < duration {
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..PARTITIONS {
+            tpl.add_partition_offset("committed", p, Offset::Offset(commits as i64))
+                .unwrap();
+            tpl.find_partition("committed", p)
+                .unwrap()
+                .set_metadata(meta.as_str());
+        }
+        c.commit(&tpl, CommitMode::Sync).expect("commit");
+        commits += 1;
+        if start.elapsed() >= next_sample {
+            let (all, deleted) = dir_bytes(&dir);
+            max = max.max(all);
+            max_live = max_live.max(all - deleted);
+            samples.push((start.elapsed().as_secs(), all, deleted));
+            next_sample += Duration::from_millis(500);
+        }
+    }
+    // ~ 8 records of ~470 bytes per commit, plus the batch header.
+    let written = commits * (PARTITIONS as u64 * 470 + 61);
+    let (end_all, end_deleted) = dir_bytes(&dir);
+    if verbose {
+        for (s, all, deleted) in &samples {
+            eprintln!("t={s}s size={all} deleted={deleted}");
+        }
+    }
+    eprintln!(
+        "{commits} commits in {:?} (~{} MB written to the offsets topic); partition size on \
+         disk: max {} KB (max {} KB without .deleted files), at the end {} KB ({} KB .deleted)",
+        start.elapsed(),
+        written >> 20,
+        max >> 10,
+        max_live >> 10,
+        end_all >> 10,
+        end_deleted >> 10
+    );
+    let bound = 48 * segment;
+    assert!(
+        written > 4 * bound,
+        "too little written ({written} bytes) for the bound of {bound} to mean anything"
+    );
+    assert!(
+        max <= bound,
+        "__consumer_offsets-0 grew to {max} bytes (bound {bound}; {written} written)"
+    );
+    // The committed offsets are still there after all the cleaning.
+    let got = c
+        .committed_offsets(
+            {
+                let mut tpl = TopicPartitionList::new();
+                for p in 0..PARTITIONS {
+                    tpl.add_partition("committed", p);
+                }
+                tpl
+            },
+            Duration::from_secs(20),
+        )
+        .expect("OffsetFetch");
+    for e in got.elements() {
+        assert_eq!(e.offset(), Offset::Offset(commits as i64 - 1));
+        assert_eq!(e.metadata(), meta);
+    }
+}
+
+#[test]
+fn offsets_topic_stays_bounded() {
+    run(Duration::from_secs(40), false);
+}
+
+#[test]
+#[ignore]
+fn offsets_topic_stays_bounded_long() {
+    let secs = std::env::var("STROM_OFFSETS_BOUND_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(600);
+    run(Duration::from_secs(secs), true);
+}
