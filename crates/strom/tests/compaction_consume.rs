@@ -7,6 +7,7 @@
 //!   for it is the key's latest write (value, or tombstone: delete.retention.ms is an hour);
 //! - no key that was never written appears, offsets strictly increase, and every record read
 //!   is the one produced at that offset;
+//!
 //! and the cleaner did clean (a final read holds far fewer records than were written).
 //!
 //! `STROM_TEST_REFERENCE=kafka` runs it against Kafka 4.4.
@@ -201,7 +202,7 @@ fn consumer_sees_latest_value_per_key_while_cleaning() {
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             let k = key(((rng >> 33) % KEYS) as u16);
-            let tombstone = (rng >> 20) % 10 == 0;
+            let tombstone = (rng >> 20).is_multiple_of(10);
             let v = format!("{seq}:{pad}");
             let mut rec: BaseRecord<'_, str, str> = BaseRecord::to(TOPIC).partition(0).key(&k);
             if !tombstone {
