@@ -153,6 +153,8 @@ struct Outcome {
     records: Vec<Got>,
     /// (segment base offset, its batches).
     segments: Vec<(i64, Vec<BatchFacts>)>,
+    /// A copy of the first (cleaned) segment's files, for the dump tools.
+    copy: tempfile::TempDir,
 }
 
 fn create_topic(t: &Target, configs: &[(&str, String)]) {
@@ -232,10 +234,65 @@ fn run(t: &Target, delete_retention_ms: &str) -> Outcome {
         .into_iter()
         .map(|(base, path)| (base, batches(&path)))
         .collect();
+    let copy = tempfile::tempdir().unwrap();
+    for ext in ["log", "index", "timeindex"] {
+        let name = format!("{:020}.{ext}", 0);
+        std::fs::copy(
+            t.partition_dir(TOPIC, 0).join(&name),
+            copy.path().join(&name),
+        )
+        .unwrap_or_else(|e| panic!("{}: copy {name}: {e}", t.name));
+    }
     Outcome {
         records,
         segments: segs,
+        copy,
     }
+}
+
+/// `strom dump-log` and Kafka's DumpLogSegments print the same for a cleaned segment (its
+/// batches with delete horizons, empty batches, kept markers) and its indexes.
+fn dump_tools_agree(o: &Outcome, name: &str) {
+    let seg = |ext: &str| o.copy.path().join(format!("{:020}.{ext}", 0));
+    let files = format!(
+        "{},{},{}",
+        seg("log").display(),
+        seg("index").display(),
+        seg("timeindex").display()
+    );
+    let args = ["--files", files.as_str(), "--deep-iteration"];
+    let strom = std::process::Command::new(env!("CARGO_BIN_EXE_strom"))
+        .arg("dump-log")
+        .args(args)
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("run strom dump-log");
+    let kafka = std::process::Command::new(
+        common::kafka_ref::repo_root().join("scripts/kafka-dump-log.sh"),
+    )
+    .args(args)
+    .output()
+    .expect("run kafka-dump-log.sh");
+    let (so, ko) = (
+        String::from_utf8_lossy(&strom.stdout),
+        String::from_utf8_lossy(&kafka.stdout),
+    );
+    assert!(
+        kafka.status.success(),
+        "{name}: Kafka's tool failed: {}",
+        String::from_utf8_lossy(&kafka.stderr)
+    );
+    for (i, (a, b)) in so.lines().zip(ko.lines()).enumerate() {
+        assert_eq!(
+            a, b,
+            "{name}'s cleaned segment: line {i} of strom dump-log / Kafka's tool"
+        );
+    }
+    assert_eq!(
+        so.lines().count(),
+        ko.lines().count(),
+        "{name}: dump line counts"
+    );
 }
 
 /// A record for messages: its value cut to the part before the padding.
@@ -415,6 +472,8 @@ fn differential(delete_retention_ms: &str) {
     check_one(&ok, "kafka");
     compare(&os, &ok);
     check_one(&os, ts.name);
+    dump_tools_agree(&ok, "kafka");
+    dump_tools_agree(&os, ts.name);
 }
 
 #[test]
