@@ -136,11 +136,10 @@ impl UnifiedLog {
     /// last batch of each active producer, the config); see [`CleanTask::run`].
     pub fn prepare_clean(&self, to_clean: &LogToClean) -> CleanTask {
         let upper = to_clean.first_uncleanable_offset;
-        let list: Vec<&LogSegment> = self.segments.range(..upper).map(|(_, s)| s).collect();
-        let segments = list
-            .iter()
-            .enumerate()
-            .map(|(i, s)| SegmentToClean {
+        let segments = self
+            .segments
+            .range(..upper)
+            .map(|(_, s)| SegmentToClean {
                 data: s.data().clone(),
                 base: s.base_offset(),
                 size: s.size(),
@@ -148,7 +147,7 @@ impl UnifiedLog {
                 offset_index_bytes: (s.offset_index().len() * crate::index::OFFSET_ENTRY_SIZE)
                     as u64,
                 time_index_bytes: (s.time_index().len() * crate::index::TIME_ENTRY_SIZE) as u64,
-                last_modified: list.get(i).and_then(|s| s.last_modified()),
+                last_modified: s.last_modified(),
             })
             .collect();
         let last_records: HashMap<i64, LastRecord> = self

@@ -201,15 +201,18 @@ pub fn md5(data: &[u8]) -> [u8; 16] {
     let k = md5_constants();
     let mut state: [u32; 4] = [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476];
     let bit_len = (data.len() as u64).wrapping_mul(8);
-    let mut tail = Vec::with_capacity(128);
+    // The padded last block(s) on the stack: one hash per key read, no allocation.
     let whole = data.len() / 64 * 64;
-    tail.extend_from_slice(&data[whole..]);
-    tail.push(0x80);
-    while tail.len() % 64 != 56 {
-        tail.push(0);
-    }
-    tail.extend_from_slice(&bit_len.to_le_bytes());
-    for block in data[..whole].chunks_exact(64).chain(tail.chunks_exact(64)) {
+    let rest = &data[whole..];
+    let mut tail = [0u8; 128];
+    tail[..rest.len()].copy_from_slice(rest);
+    tail[rest.len()] = 0x80;
+    let tail_len = if rest.len() < 56 { 64 } else { 128 };
+    tail[tail_len - 8..tail_len].copy_from_slice(&bit_len.to_le_bytes());
+    for block in data[..whole]
+        .chunks_exact(64)
+        .chain(tail[..tail_len].chunks_exact(64))
+    {
         let mut m = [0u32; 16];
         for (i, w) in m.iter_mut().enumerate() {
             *w = u32::from_le_bytes(block[i * 4..i * 4 + 4].try_into().expect("4 bytes"));

@@ -816,3 +816,39 @@ fn the_cleaner_types_cross_threads() {
     shared::<Throttler>();
     shared::<LogToClean>();
 }
+
+#[test]
+fn a_producers_last_marker_keeps_its_epoch_through_cleaning() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), config());
+    let p = Producer {
+        pid: 4,
+        epoch: 0,
+        seq: 0,
+        txn: true,
+    };
+    append(&mut log, p, &[(Some("a"), Some("aborted"))], T0); // 0
+                                                              // The coordinator aborts with a bumped epoch (fencing): the producer has no data batch
+                                                              // of its current epoch, so its marker is what must survive.
+    marker(&mut log, 4, 1, TxnResult::Abort, T0); // 1
+    append(&mut log, PLAIN, &[(Some("a"), Some("x"))], T0); // 2
+    log.roll(T0).unwrap();
+    assert_eq!(log.producer_state().producers()[&4].producer_epoch, 1);
+    let now = T0 + 1_000;
+    for t in [now, now, now + RETENTION, now + RETENTION] {
+        clean(&mut log, t);
+    }
+    let bytes = raw(&log);
+    let first = BatchView::parse(&bytes).unwrap();
+    assert!(first.is_control());
+    assert_eq!((first.base_offset(), first.records_count()), (1, 0));
+    assert_eq!((first.producer_id(), first.producer_epoch()), (4, 1));
+    assert_eq!(data(&log), vec![(2, "a".into(), Some("x".into()))]);
+    // The producer's epoch survives a restart (from its snapshot: as in Kafka, replaying an
+    // emptied control batch restores nothing, its header only keeps the offsets and epoch).
+    let mut log = log;
+    log.close().unwrap();
+    drop(log);
+    let log = UnifiedLog::open_in(&FileCache::new(64), dir.path(), config(), 0, true).unwrap();
+    assert_eq!(log.producer_state().producers()[&4].producer_epoch, 1);
+}
