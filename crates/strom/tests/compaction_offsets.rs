@@ -9,10 +9,15 @@
 //! `offsets_topic_stays_bounded_long` (ignored): the same for STROM_OFFSETS_BOUND_SECS
 //! (default 600) seconds, printing the samples, for docs/PERFORMANCE.md:
 //!   cargo test -p strom --release --test compaction_offsets -- --ignored --nocapture
+//! `producer_snapshots_of_cleaned_segments_go`: what made the offsets topic grow: the
+//! producer-state snapshot taken at each roll (`<offset>.snapshot`) must go with the segment
+//! the cleaner merged away (Kafka's `replaceSegments` deletes the snapshots of the replaced
+//! segments that are not replaced by one of the same base offset, after file.delete.delay.ms).
 //! `STROM_TEST_REFERENCE=kafka` runs them against Kafka 4.4 (segments of 1 MiB there: Kafka
 //! 4.x refuses smaller ones).
 
 mod common;
+mod compaction_util;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -139,4 +144,55 @@ fn offsets_topic_stays_bounded_long() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(600);
     run(Duration::from_secs(secs), true);
+}
+
+#[test]
+fn producer_snapshots_of_cleaned_segments_go() {
+    use compaction_util::*;
+    let broker = Broker::start_with(&[
+        "log.cleaner.backoff.ms=100",
+        "log.segment.delete.delay.ms=500",
+    ]);
+    create_topic(
+        &broker,
+        "rolled",
+        1,
+        &[
+            ("cleanup.policy", "compact"),
+            ("segment.ms", "100"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+        ],
+    );
+    let t = Target {
+        name: "broker",
+        bootstrap: broker.bootstrap(),
+        log_dir: broker.data_dir(),
+    };
+    let p = SyncProducer::new(&t, Kind::Idempotent, None);
+    // Every append after 100 ms rolls a segment (and takes a producer snapshot).
+    for i in 0..40 {
+        p.send("rolled", format!("k{}", i % 5).as_bytes(), Some(b"v"));
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    wait_cleaned(
+        &t,
+        "rolled",
+        Duration::from_secs(2),
+        Duration::from_secs(60),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let dir = t.partition_dir("rolled", 0);
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let count = |suffix: &str| names.iter().filter(|n| n.ends_with(suffix)).count();
+    let (logs, snapshots) = (count(".log"), count(".snapshot"));
+    eprintln!("{logs} segments, {snapshots} producer snapshots after cleaning");
+    assert!(logs < 10, "the cleaner merged few segments: {logs}");
+    assert!(
+        snapshots <= logs + 1,
+        "{snapshots} producer snapshots for {logs} segments: those of merged-away segments stay"
+    );
 }
