@@ -16,7 +16,8 @@
 #           cleaner MB/s = dirty bytes (every segment but the active one) / that time; the
 #           log's size before and after; Kafka's own "MB of log processed" figure too
 #   pwc     produce for PWC_SECONDS with the cleaner running (dirty ratio 0.5 is passed again
-#           and again): produce MB/s while cleaning, cleaner checkpoint moves seen
+#           and again): produce MB/s while cleaning, cleaner checkpoint moves seen, the log's
+#           size at the end
 # Broker RSS (VmRSS) is sampled every second: peak per phase.
 #
 # Results: $OUT/results.csv (round,broker,metric,value) and $OUT/summary.md (medians). Every
@@ -221,11 +222,19 @@ run_round() {
     row "$round" "$b" log_mb_after "$(awk -v d="$after" 'BEGIN { printf "%.1f", d / 1e6 }')"
     row "$round" "$b" clean_peak_rss_mb "$(peak_rss "$samples" "$t2" "$t3")"
     log "$b clean: dirty $dirty B in $secs s; log $total -> $after B"
+    # The broker's own account of that clean (its first), for comparison with the time above:
+    # Kafka logs "X MB of log processed in S seconds (R MB/sec)" in MiB, Strom logs
+    # "cleaned log ... read_bytes=B ... elapsed_ms=T"; both as MB/s here.
     if [[ "$b" == kafka ]]; then
-        # Kafka's own account of the clean, for comparison with the checkpoint-based time.
-        grep -h 'MB of log processed in' "$BROKER_DIR/server.log" | tail -1 \
-            | sed -E 's/.*processed in ([0-9.]+) seconds \(([0-9.]+) MB\/sec\).*/\1 \2/' \
-            | { read -r s r && row "$round" "$b" clean_self_reported_mb_per_sec "$r" || true; }
+        { grep -h 'MB of log processed in' "$BROKER_DIR/server.log" || true; } | head -1 \
+            | sed -E 's/.*processed in [0-9.]+ seconds \(([0-9.]+) MB\/sec\).*/\1/' \
+            | { read -r r && row "$round" "$b" clean_self_reported_mb_per_sec \
+                "$(awk -v r="$r" 'BEGIN { printf "%.1f", r * 1.048576 }')" || true; }
+    else
+        sed -E 's/\x1b\[[0-9;]*m//g' "$BROKER_DIR/server.log" | { grep -h 'cleaned log' || true; } | head -1 \
+            | sed -E 's/.*read_bytes=([0-9]+).*elapsed_ms=([0-9]+).*/\1 \2/' \
+            | { read -r by ms && row "$round" "$b" clean_self_reported_mb_per_sec \
+                "$(awk -v b="$by" -v t="$ms" 'BEGIN { printf "%.1f", b / 1e6 / (t / 1000) }')" || true; }
     fi
 
     # pwc: produce while the cleaner runs
@@ -238,6 +247,8 @@ run_round() {
     row "$round" "$b" pwc_mb_per_sec "$(value mb_per_sec "$res")"
     row "$round" "$b" pwc_cleanings "$(checkpoint_moves "$samples" "$t3" "$t4")"
     row "$round" "$b" pwc_peak_rss_mb "$(peak_rss "$samples" "$t3" "$t4")"
+    read -r _ _ after <<< "$(seg_state)"
+    row "$round" "$b" pwc_log_mb_at_end "$(awk -v d="$after" 'BEGIN { printf "%.1f", d / 1e6 }')"
     log "$b produce while cleaning: $res, $(checkpoint_moves "$samples" "$t3" "$t4") checkpoint moves"
 }
 
