@@ -103,7 +103,7 @@ seg_state() {
     for f in "$d"/*.log; do
         [[ -e "$f" ]] || continue
         base="$(basename "$f" .log)"
-        size="$(stat -c %s "$f")"
+        size="$(stat -c %s "$f" 2>/dev/null || echo 0)" # the cleaner may have removed it
         total=$((total + size))
         if (( 10#$base > last )); then last=$((10#$base)); lastsize="$size"; fi
     done
