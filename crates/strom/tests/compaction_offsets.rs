@@ -28,22 +28,28 @@ use rdkafka::{Offset, TopicPartitionList};
 
 const PARTITIONS: i32 = 8;
 
-/// Bytes allocated on disk to the files in `dir`: (all files, `.deleted` files). Allocated, not
-/// apparent, sizes: an active segment's index files are preallocated sparse files.
-fn dir_bytes(dir: &Path) -> (u64, u64) {
+/// Bytes allocated on disk to the files in `dir`: (all files, `.deleted` files, producer
+/// snapshots). Allocated, not apparent, sizes: an active segment's index files are preallocated
+/// sparse files.
+fn dir_bytes(dir: &Path) -> (u64, u64, u64) {
     use std::os::unix::fs::MetadataExt;
     let mut all = 0;
     let mut deleted = 0;
+    let mut snapshots = 0;
     if let Ok(rd) = std::fs::read_dir(dir) {
         for e in rd.flatten() {
             let len = e.metadata().map(|m| m.blocks() * 512).unwrap_or(0);
             all += len;
-            if e.file_name().to_string_lossy().ends_with(".deleted") {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".deleted") {
                 deleted += len;
+            }
+            if name.ends_with(".snapshot") {
+                snapshots += len;
             }
         }
     }
-    (all, deleted)
+    (all, deleted, snapshots)
 }
 
 fn run(duration: Duration, verbose: bool) {
@@ -64,7 +70,7 @@ fn run(duration: Duration, verbose: bool) {
     let meta = "m".repeat(400);
     let start = Instant::now();
     let mut next_sample = Duration::ZERO;
-    let (mut commits, mut max, mut max_live) = (0u64, 0u64, 0u64);
+    let (mut commits, mut max, mut max_live, mut max_no_snap) = (0u64, 0u64, 0u64, 0u64);
     let mut samples = Vec::new();
     while start.elapsed() < duration {
         let mut tpl = TopicPartitionList::new();
@@ -78,30 +84,34 @@ fn run(duration: Duration, verbose: bool) {
         c.commit(&tpl, CommitMode::Sync).expect("commit");
         commits += 1;
         if start.elapsed() >= next_sample {
-            let (all, deleted) = dir_bytes(&dir);
+            let (all, deleted, snapshots) = dir_bytes(&dir);
             max = max.max(all);
             max_live = max_live.max(all - deleted);
-            samples.push((start.elapsed().as_secs(), all, deleted));
+            max_no_snap = max_no_snap.max(all - snapshots);
+            samples.push((start.elapsed().as_secs(), all, deleted, snapshots));
             next_sample += Duration::from_millis(500);
         }
     }
     // ~ 8 records of ~470 bytes per commit, plus the batch header.
     let written = commits * (PARTITIONS as u64 * 470 + 61);
-    let (end_all, end_deleted) = dir_bytes(&dir);
+    let (end_all, end_deleted, end_snapshots) = dir_bytes(&dir);
     if verbose {
-        for (s, all, deleted) in &samples {
-            eprintln!("t={s}s size={all} deleted={deleted}");
+        for (s, all, deleted, snapshots) in &samples {
+            eprintln!("t={s}s size={all} deleted={deleted} snapshots={snapshots}");
         }
     }
     eprintln!(
         "{commits} commits in {:?} (~{} MB written to the offsets topic); partition size on \
-         disk: max {} KB (max {} KB without .deleted files), at the end {} KB ({} KB .deleted)",
+         disk: max {} KB (max {} KB without .deleted files, {} KB without producer snapshots), \
+         at the end {} KB ({} KB .deleted, {} KB snapshots)",
         start.elapsed(),
         written >> 20,
         max >> 10,
         max_live >> 10,
+        max_no_snap >> 10,
         end_all >> 10,
-        end_deleted >> 10
+        end_deleted >> 10,
+        end_snapshots >> 10
     );
     let bound = 48 * segment;
     assert!(
