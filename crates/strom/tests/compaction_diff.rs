@@ -444,7 +444,7 @@ fn differential(delete_retention_ms: &str) {
     let tk = Target {
         name: "kafka",
         bootstrap: kafka.bootstrap(),
-        log_dir: kafka.log_dir(),
+        log_dir: kafka.data_dir(),
     };
     let (os, ok) = std::thread::scope(|s| {
         let a = s.spawn(|| run(&ts, delete_retention_ms));

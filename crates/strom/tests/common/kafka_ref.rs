@@ -73,8 +73,8 @@ impl KafkaRef {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// The broker's `log.dirs` (scripts/kafka-ref.sh puts it in DIR/data).
-    pub fn log_dir(&self) -> PathBuf {
+    /// The broker's log dir (`log.dirs`).
+    pub fn data_dir(&self) -> PathBuf {
         self._dir.path().join("data")
     }
 
