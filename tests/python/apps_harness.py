@@ -181,6 +181,15 @@ class StromCluster:
         self.start_node(i)
         wait_until(f"strom node {i} listening again", 30,
                    lambda: self._check_alive(i) and port_accepts(self.ports[i]))
+        wait_until(f"strom node {i} registered again", 60, lambda: self._registered() == self.n)
+
+    def _registered(self):
+        from kafka_helpers import admin_client
+        admin = admin_client(self.bootstrap)
+        try:
+            return len(admin.describe_cluster()["brokers"])
+        finally:
+            admin.close()
 
     def logs(self, n=40):
         return "\n".join(f"--- node {i} ---\n{tail(p.log, n)}" for i, p in self.procs.items())

@@ -36,7 +36,9 @@ import org.apache.kafka.streams.state.WindowStore;
  * keys and values ("word" -> "n", "word@windowStartMs" -> "n") so that any client reads them.
  *
  * <p>Usage: {@code WordCountApp BOOTSTRAP APPLICATION_ID STATE_DIR REPLICATION_FACTOR INPUT
- * COUNTS_OUTPUT WINDOWED_OUTPUT WINDOW_MS}. It runs with processing.guarantee=exactly_once_v2
+ * COUNTS_OUTPUT WINDOWED_OUTPUT WINDOW_MS [KEY=VALUE ...]}, the optional pairs being further
+ * Streams configs (e.g. {@code topic.segment.ms=1000} so that the changelogs roll segments the
+ * log cleaner can compact while the test runs). It runs with processing.guarantee=exactly_once_v2
  * until SIGTERM (then closes cleanly); it prints {@code STATE <new state>} on every state change
  * and {@code RESTORED <store> <partition> <records>} when a store finished restoring, one line each
  * on stdout, for the test to wait on and to check that a wiped state dir was restored.
@@ -70,9 +72,9 @@ public final class WordCountApp {
     }
 
     public static void main(String[] args) throws InterruptedException {
-        if (args.length != 8) {
+        if (args.length < 8) {
             System.err.println("usage: WordCountApp BOOTSTRAP APPLICATION_ID STATE_DIR REPLICATION_FACTOR "
-                + "INPUT COUNTS_OUTPUT WINDOWED_OUTPUT WINDOW_MS");
+                + "INPUT COUNTS_OUTPUT WINDOWED_OUTPUT WINDOW_MS [KEY=VALUE ...]");
             System.exit(2);
         }
         Properties p = new Properties();
@@ -88,6 +90,10 @@ public final class WordCountApp {
         p.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 1000);
         p.put(StreamsConfig.producerPrefix(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG), 10000);
         p.put(StreamsConfig.METADATA_MAX_AGE_CONFIG, 2000);
+        for (int i = 8; i < args.length; i++) {
+            int eq = args[i].indexOf('=');
+            p.put(args[i].substring(0, eq), args[i].substring(eq + 1));
+        }
 
         KafkaStreams streams = new KafkaStreams(
             topology(args[4], args[5], args[6], Long.parseLong(args[7])), p);
