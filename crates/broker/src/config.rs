@@ -114,6 +114,13 @@ const KNOWN_BROKER_KEYS: &[&str] = &[
     // WriteTxnMarkers' wait for the HW; the txn-markers / txn-verification requests.
     "request.timeout.ms",
     "transaction.version",
+    // The log cleaner's (read by `CleanerConfig::from_props`).
+    "log.cleaner.enable",
+    "log.cleaner.threads",
+    "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.io.buffer.load.factor",
+    "log.cleaner.io.max.bytes.per.second",
+    "log.cleaner.backoff.ms",
 ];
 
 #[derive(Debug, Clone)]
@@ -180,6 +187,8 @@ pub struct BrokerConfig {
     /// `request.timeout.ms` (30000): bounds the wait for WriteTxnMarkers' markers to be
     /// replicated, and the transaction markers' and verification's inter-broker requests.
     pub request_timeout_ms: u64,
+    /// `log.cleaner.*`: the log cleaner's threads, memory and I/O rate.
+    pub cleaner: crate::log_cleaner::CleanerConfig,
     /// The finalized level of the `transaction.version` feature (0..=2; default 2, a new Kafka
     /// 4.4 cluster's). Strom has no feature records: the property stands for the level the
     /// cluster finalized, and every node must be given the same.
@@ -245,7 +254,7 @@ fn transaction_version(props: &BTreeMap<String, String>) -> Result<i16, ConfigEr
     Ok(v)
 }
 
-fn parse<T: std::str::FromStr>(
+pub(crate) fn parse<T: std::str::FromStr>(
     props: &BTreeMap<String, String>,
     key: &str,
     default: T,
@@ -436,6 +445,7 @@ impl BrokerConfig {
             )?,
             request_timeout_ms: parse(&props, "request.timeout.ms", 30_000)?,
             transaction_version: transaction_version(&props)?,
+            cleaner: crate::log_cleaner::CleanerConfig::from_props(&props)?,
             props,
         };
         if cfg.num_partitions < 1 {

@@ -19,6 +19,7 @@ pub mod handlers;
 pub mod inter_broker;
 pub mod listeners;
 pub mod log_chores;
+pub mod log_cleaner;
 pub mod log_manager;
 pub mod metadata_loader;
 pub mod partition;

@@ -987,5 +987,6 @@ impl Partition {
     }
 }
 
+mod cleaning;
 #[cfg(test)]
 mod tests;

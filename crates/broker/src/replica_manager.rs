@@ -23,6 +23,7 @@ use strom_storage::{StorageError, UnifiedLog};
 use uuid::Uuid;
 
 use crate::config::BrokerConfig;
+use crate::log_cleaner::LogCleanerManager;
 use crate::log_manager::{CheckpointEntry, LogManager};
 use crate::partition::{DelayedOperations, Partition};
 use crate::replication::{min_insync_replicas, AlterPartitionSender, FetcherManager, LeaderAndIsr};
@@ -52,6 +53,8 @@ pub struct ReplicaManager {
     /// their metadata), one it does not know UNKNOWN_TOPIC_OR_PARTITION, as Kafka's
     /// `getPartitionOrError` does with its metadata cache.
     known_topics: RwLock<HashMap<String, i32>>,
+    /// Which partitions the log cleaner works on, and its checkpoints.
+    cleaner_manager: Arc<LogCleanerManager>,
 }
 
 pub struct Replication {
@@ -63,6 +66,7 @@ impl ReplicaManager {
     /// Reads the log dirs' checkpoints and clean-shutdown markers (see [`LogManager::open`]).
     pub fn new(config: Arc<BrokerConfig>) -> Result<Self, StorageError> {
         let log_manager = LogManager::open(&config.log_dirs)?;
+        let cleaner_manager = Arc::new(LogCleanerManager::open(&config.log_dirs));
         tracing::info!(
             had_clean_shutdown = log_manager.had_clean_shutdown(),
             dirs = config.log_dirs.len(),
@@ -78,6 +82,7 @@ impl ReplicaManager {
             followed: parking_lot::Mutex::new(HashMap::new()),
             delayed: Arc::new(DelayedOperations::default()),
             known_topics: RwLock::new(HashMap::new()),
+            cleaner_manager,
         })
     }
 
@@ -93,6 +98,16 @@ impl ReplicaManager {
     /// The purgatories of the delayed operations on this broker's partitions.
     pub fn delayed(&self) -> &Arc<DelayedOperations> {
         &self.delayed
+    }
+
+    /// The log cleaner's bookkeeping (`crate::log_cleaner`).
+    pub fn cleaner_manager(&self) -> &Arc<LogCleanerManager> {
+        &self.cleaner_manager
+    }
+
+    /// The log dir holding the partition's log.
+    pub fn log_dir_path(&self, key: &TopicPartition) -> Option<std::path::PathBuf> {
+        self.log_manager.log_dir_of(key).map(|d| d.path.clone())
     }
 
     pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
@@ -271,6 +286,9 @@ impl ReplicaManager {
             tracing::info!(topic = %p.topic, partition = p.index, "deleting partition log");
             let key = (p.topic.clone(), p.index);
             drop(p);
+            // No clean may write into the directory while it goes (Kafka's `abortCleaning`).
+            let log_dir = self.log_dir_path(&key);
+            self.cleaner_manager.abort_cleaning(&key, log_dir.as_ref());
             if let Some(dir) = self.log_manager.remove(&key) {
                 if let Err(e) = std::fs::remove_dir_all(&dir) {
                     tracing::warn!(dir = %dir.display(), error = %e, "failed to delete partition dir");

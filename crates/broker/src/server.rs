@@ -461,6 +461,10 @@ impl Server {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
         let (stop_tx, stop_rx) = (self.stop_tx, self.stop_rx);
         let chores = tokio::spawn(background_chores(self.broker.clone(), stop_rx.clone()));
+        let mut log_cleaner = crate::log_cleaner::LogCleaner::start(
+            &self.broker.config.cleaner,
+            self.broker.replica_manager.clone(),
+        );
         let assignments = tokio::spawn(crate::directory_assignments::run(
             self.broker.clone(),
             stop_rx.clone(),
@@ -512,6 +516,8 @@ impl Server {
         }
         let _ = stop_tx.send(true);
         let _ = chores.await;
+        // A running clean ends at its current group; no swap may race the logs' close.
+        tokio::task::block_in_place(|| log_cleaner.shutdown());
         let _ = assignments.await;
         if let Some(c) = cluster {
             let _ = c.await;

@@ -282,8 +282,12 @@ impl FileSlot {
         if let Some(f) = self.cache.get(self.id) {
             return Ok(f);
         }
-        let path = self.path();
+        // The name is held across the open: a rename (a segment leaving the log while the
+        // cleaner's swap gives its old name to the new segment) cannot slip in between, so a
+        // slot never opens a file other than its own.
+        let path = self.path.lock();
         let file = self.cache.open_relieving(|| open_rw(&path, false))?;
+        drop(path);
         Ok(self.cache.insert(self.id, file))
     }
 

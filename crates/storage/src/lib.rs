@@ -30,12 +30,26 @@
 //!   indexes aborted transactions in each segment's `.txnindex` ([`txn_index`]) for
 //!   read_committed fetches, and rebuilds both after a crash or a truncation.
 //!
+//! - [`cleaner`]: Kafka's log cleaner for `cleanup.policy=compact` logs. [`UnifiedLog::cleanable`]
+//!   says what may be cleaned (first dirty offset from the broker's cleaner-offset-checkpoint,
+//!   first uncleanable offset from the LSO, the active segment and `min.compaction.lag.ms`, the
+//!   dirty ratio, `max.compaction.lag.ms`); [`UnifiedLog::prepare_clean`] snapshots it under the
+//!   partition's lock; [`CleanTask::run`] builds the key -> latest offset map ([`OffsetMap`],
+//!   MD5 as Kafka's `SkimpyOffsetMap`) and rewrites segment groups into `.cleaned` files with no
+//!   lock held, throttled by the shared [`Throttler`]; [`UnifiedLog::replace_segments`] swaps
+//!   each group in (`.cleaned` -> `.swap` -> old segments `.deleted` -> final names), and
+//!   [`UnifiedLog::open`] finishes or undoes a swap a crash interrupted. The cleaner is the one
+//!   place records are decoded and re-encoded (and recompressed with their batch's codec);
+//!   surviving records keep their offsets, and batches nothing was removed from are copied
+//!   byte for byte.
+//!
 //! It does not own the set of partitions (the broker's log manager does), the high watermark
 //! (the broker's partition tells the log where it is) or replication. Batches are never decoded
 //! on the append or read path: only their 61-byte headers are read or patched (via
 //! `strom_protocol::batch`), except control batches (one tiny record: the transaction marker).
 
 pub mod checkpoint;
+pub mod cleaner;
 pub mod config;
 pub mod file_cache;
 pub mod index;
@@ -53,6 +67,7 @@ use strom_protocol::kafka::messages::ApiKey;
 use strom_protocol::ErrorCode;
 use thiserror::Error;
 
+pub use cleaner::{CleanTask, CleanedGroup, CleanerStats, LogToClean, OffsetMap, Throttler};
 pub use config::{LogConfig, TimestampType};
 pub use file_cache::FileCache;
 pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};

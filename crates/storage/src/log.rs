@@ -111,6 +111,8 @@ impl UnifiedLog {
         had_clean_shutdown: bool,
     ) -> Result<Self, StorageError> {
         std::fs::create_dir_all(dir)?;
+        // An interrupted clean's swap is finished (or undone) first, as Kafka's `LogLoader`.
+        clean::recover_swap_files(dir)?;
         let mut bases = Vec::new();
         let mut others = Vec::new();
         for entry in std::fs::read_dir(dir)? {
@@ -968,6 +970,8 @@ impl UnifiedLog {
     }
 }
 
+#[path = "cleaner/log_clean.rs"]
+mod clean;
 #[path = "log_retention.rs"]
 mod retention;
 #[path = "log_txn.rs"]

@@ -51,6 +51,11 @@ impl Shared {
         })
     }
 
+    /// Counts truncations (odd while one runs): the cleaner refuses a swap prepared before one.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
     pub(crate) fn snapshot(&self) -> Snapshot {
         self.segments.read().clone()
     }

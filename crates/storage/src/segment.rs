@@ -874,3 +874,6 @@ impl LogSegment {
         &self.time_index
     }
 }
+
+#[path = "cleaner/segment_files.rs"]
+mod cleaner_files;

@@ -49,6 +49,8 @@ pub struct Broker {
     extra: Vec<String>,
     child: Option<Child>,
     starts: usize,
+    /// Environment variables the next starts get (failpoints).
+    env: Vec<(String, String)>,
 }
 
 impl Broker {
@@ -82,6 +84,7 @@ impl Broker {
             extra,
             child: None,
             starts: 0,
+            env: Vec::new(),
         };
         b.spawn_and_wait();
         b
@@ -108,6 +111,39 @@ impl Broker {
     /// The directory of one partition's log: `<data>/<topic>-<partition>`.
     pub fn partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
         self.data_dir().join(format!("{topic}-{partition}"))
+    }
+
+    /// Replaces the `--set key=value` settings of the next starts.
+    pub fn set_settings(&mut self, settings: &[&str]) {
+        self.extra = settings
+            .iter()
+            .flat_map(|s| ["--set".to_string(), s.to_string()])
+            .collect();
+    }
+
+    /// Sets the environment of the next starts (`None` value: removes the variable).
+    pub fn set_env(&mut self, key: &str, value: Option<&str>) {
+        self.env.retain(|(k, _)| k != key);
+        if let Some(v) = value {
+            self.env.push((key.to_string(), v.to_string()));
+        }
+    }
+
+    /// Waits (bounded) for the process to exit by itself; its status, or `None` at the limit.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(st) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
     }
 
     /// The pid of the running child. Panics when the broker is not running.
@@ -209,6 +245,7 @@ impl Broker {
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         let child = cmd.spawn().expect("spawn strom server");
         self.child = Some(child);
         self.starts += 1;
