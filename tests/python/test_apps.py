@@ -167,6 +167,18 @@ def _read_all(target, topic, isolation="read_uncommitted"):
         c.close()
 
 
+def _log_start_offsets(target, topic):
+    from kafka import KafkaConsumer, TopicPartition
+    c = KafkaConsumer(bootstrap_servers=target.bootstrap, group_id=None,
+                      request_timeout_ms=30000)
+    try:
+        parts = wait_until(f"partitions of {topic}", 30, lambda: c.partitions_for_topic(topic))
+        return {tp.partition: o for tp, o in
+                c.beginning_offsets([TopicPartition(topic, p) for p in parts]).items()}
+    finally:
+        c.close()
+
+
 # ---------------------------------------------------------------------------- Kafka Streams
 
 class Lines:
@@ -335,10 +347,11 @@ def test_streams_word_count_eos(target, apps_classpath, procs):
 
         # 3. SIGKILL one broker while the app processes (a cluster only)
         if target.n > 1:
-            from kafka_helpers import admin_client
-            admin = admin_client(target.bootstrap)
+            # the app's group coordinator: its offsets (committed in the app's transactions)
+            # and group move to another broker while the app runs
+            admin = _admin(target)
             try:
-                leader = admin.describe_topics([inp])[0]["partitions"][0]["leader"]
+                leader = admin._find_coordinator_ids([app_id])[app_id]
             finally:
                 admin.close()
             _feed(target, inp, lines.batch(600))
@@ -351,6 +364,9 @@ def test_streams_word_count_eos(target, apps_classpath, procs):
                 # back for the next test, which wants replication factor 3
                 target.restart_node(leader)
         _no_uncaught(app)
+        # Streams deleted the records of its repartition topic it had consumed (DeleteRecords)
+        starts = _log_start_offsets(target, f"{app_id}-words-repartition")
+        assert any(starts.values()), f"repartition topic never purged: {starts}"
         app.stop()
         view.poll()
         view.check_growing()

@@ -90,6 +90,8 @@ public final class WordCountApp {
         p.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 1000);
         p.put(StreamsConfig.producerPrefix(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG), 10000);
         p.put(StreamsConfig.METADATA_MAX_AGE_CONFIG, 2000);
+        // purge consumed repartition records (DeleteRecords) after every commit, not every 30 s
+        p.put(StreamsConfig.REPARTITION_PURGE_INTERVAL_MS_CONFIG, 500);
         for (int i = 8; i < args.length; i++) {
             int eq = args[i].indexOf('=');
             p.put(args[i].substring(0, eq), args[i].substring(eq + 1));
