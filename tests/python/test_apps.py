@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import shutil
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -186,7 +187,7 @@ class Lines:
 
     def __init__(self):
         self.next = 0
-        now = int(__import__("time").time() * 1000)
+        now = int(time.time() * 1000)
         self.base = now - now % 60000 - 600000
 
     def batch(self, n):
@@ -400,7 +401,7 @@ def _try_http(method, url, body=None):
 
 
 class Worker:
-    def __init__(self, target, classpath, procs, tmp, name, group, topics):
+    def __init__(self, target, classpath, procs, tmp, name, group, topics, eos=False):
         self.port = free_ports(1)[0]
         self.url = f"http://127.0.0.1:{self.port}"
         self.id = f"127.0.0.1:{self.port}"
@@ -423,6 +424,11 @@ class Worker:
             "plugin.discovery": "service_load",
             "metadata.max.age.ms": 2000,
         }
+        if eos:
+            # KIP-618: source records and their offsets in one transaction per batch, the
+            # leader's config writes transactional, zombie tasks fenced on every task start
+            props["exactly.once.source.support"] = "enabled"
+            props["consumer.isolation.level"] = "read_committed"
         cfg = tmp / f"{name}.properties"
         cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         self.proc = Proc(java_cmd(classpath, log4j_config(tmp, _log_level()),
@@ -505,7 +511,9 @@ def _check_resumes(seq, total, committed, what):
     return len(seq) - total, restarts
 
 
-def test_connect_distributed_file_pipeline(target, apps_classpath, procs):
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_connect_distributed_file_pipeline(target, apps_classpath, procs, guarantee):
+    eos = guarantee == "exactly_once"
     sfx = uuid.uuid4().hex[:8]
     tmp = target.tmp / f"connect-{sfx}"
     tmp.mkdir()
@@ -515,14 +523,14 @@ def test_connect_distributed_file_pipeline(target, apps_classpath, procs):
     _create(target, data, 1)
     src, sink = tmp / "source.txt", tmp / "sink.txt"
     src.write_text("")
-    workers = [Worker(target, apps_classpath, procs, tmp, f"worker-{i}", group, topics)
+    workers = [Worker(target, apps_classpath, procs, tmp, f"worker-{i}", group, topics, eos)
                for i in (1, 2)]
     # a worker of another group whose config topic exists with cleanup.policy=delete: Connect
     # reads the policy with DescribeConfigs and must refuse to run on it
     bad_topics = tuple(t.replace(sfx, sfx + "-bad") for t in topics)
     _create(target, bad_topics[0], 1, {"cleanup.policy": "delete"})
     refused = Worker(target, apps_classpath, procs, tmp, "worker-bad-config-topic",
-                     group + "-bad", bad_topics)
+                     group + "-bad", bad_topics, eos)
 
     def diag():
         return "\n".join(f"--- {w.name} ---\n{tail(w.proc.log, 40)}" for w in workers) + \
@@ -574,26 +582,34 @@ def test_connect_distributed_file_pipeline(target, apps_classpath, procs):
         wait_until("source reading the new lines", 30,
                    lambda: max(sink_lines(), default=0) >= 200, interval=0.05)
         victim.proc.kill()
+        killed_at = time.monotonic()
         _append(src, 400, 200)
         try:
             wait_until("both tasks running on the surviving worker", 90,
                        lambda: _running_on([survivor], "src") == survivor.id
                        and _running_on([survivor], "sink") == survivor.id)
+            moved_s = time.monotonic() - killed_at
             wait_until("all 600 lines in the sink file", 90,
                        lambda: set(sink_lines()) == set(range(600)))
+            done_s = time.monotonic() - killed_at
         except AssertionError as e:
             raise AssertionError(f"{e}\n{diag()}") from None
 
         committed = _committed_positions(target, topics[1], "src")
-        in_topic = [int(v[5:]) for _p, _o, _k, v, _ts in _read_all(target, data)]
+        in_topic = [int(v[5:]) for _p, _o, _k, v, _ts in
+                    _read_all(target, data, "read_committed" if eos else "read_uncommitted")]
         dup_topic, restarts = _check_resumes(in_topic, 600, committed, "topic")
+        if eos:
+            # the killed task's open transaction was aborted: read_committed sees each line once
+            assert dup_topic == 0, f"exactly-once source repeated lines: restarts at {restarts}"
         assert all(b * LINE_BYTES >= committed_before for b in restarts), \
             f"resumed at {restarts}, before the offset {committed_before} committed before the kill"
         in_sink = sink_lines()
         assert set(in_sink) == set(range(600))
         print(f"{target.name}: {dup_topic} lines repeated in the topic after the worker kill "
               f"(resumed at lines {restarts}; committed positions {sorted(committed)}), "
-              f"{len(in_sink) - 600} in the sink file")
+              f"{len(in_sink) - 600} in the sink file; tasks moved {moved_s:.1f} s after the "
+              f"kill, all lines in the sink {done_s:.1f} s after it")
     finally:
         for w in workers:
             w.proc.stop(timeout=20)
