@@ -489,9 +489,10 @@ def _append(path, start, n):
 
 
 def _committed_positions(target, offsets_topic, connector):
-    """Every source offset (byte position in the file) the source task committed."""
+    """Every source offset (byte position in the file) the source task committed (read
+    read_committed: under exactly.once.source.support the offsets are in the transactions)."""
     out = set()
-    for _p, _o, key, value, _ts in _read_all(target, offsets_topic):
+    for _p, _o, key, value, _ts in _read_all(target, offsets_topic, "read_committed"):
         if key and value and json.loads(key)[0] == connector:
             out.add(json.loads(value)["position"])
     return out
@@ -584,6 +585,12 @@ def test_connect_distributed_file_pipeline(target, apps_classpath, procs, guaran
         victim.proc.kill()
         killed_at = time.monotonic()
         _append(src, 400, 200)
+        at_kill = None
+        if not eos:
+            # the last offset the killed task committed: produce requests it had sent have been
+            # handled a second later, and its tasks move only after the session timeout (6 s)
+            time.sleep(1.0)
+            at_kill = max(_committed_positions(target, topics[1], "src"))
         try:
             wait_until("both tasks running on the surviving worker", 90,
                        lambda: _running_on([survivor], "src") == survivor.id
@@ -604,6 +611,10 @@ def test_connect_distributed_file_pipeline(target, apps_classpath, procs, guaran
             assert dup_topic == 0, f"exactly-once source repeated lines: restarts at {restarts}"
         assert all(b * LINE_BYTES >= committed_before for b in restarts), \
             f"resumed at {restarts}, before the offset {committed_before} committed before the kill"
+        if at_kill is not None:
+            assert moved_s > 1.5, "tasks moved before the offsets were read"
+            assert restarts in ([], [at_kill // LINE_BYTES]), \
+                f"resumed at lines {restarts}, not at the offset committed at the kill ({at_kill})"
         in_sink = sink_lines()
         assert set(in_sink) == set(range(600))
         print(f"{target.name}: {dup_topic} lines repeated in the topic after the worker kill "
