@@ -394,7 +394,7 @@ fn cleaner_thread(
                         config.io_buffer_load_factor,
                     )
                 });
-                clean_one(&manager, g, map, &throttler);
+                clean_one(&rm, &manager, g, map, &throttler);
                 true
             }
             None => false,
@@ -412,7 +412,13 @@ fn cleaner_thread(
 }
 
 /// Kafka's `cleanLog`: one clean of one partition, with its bookkeeping.
-fn clean_one(manager: &LogCleanerManager, g: Grabbed, map: &mut OffsetMap, throttler: &Throttler) {
+fn clean_one(
+    rm: &ReplicaManager,
+    manager: &LogCleanerManager,
+    g: Grabbed,
+    map: &mut OffsetMap,
+    throttler: &Throttler,
+) {
     let started = Instant::now();
     let mut task = g.partition.prepare_clean(&g.to_clean);
     task.set_abort_flag(g.abort.clone());
@@ -435,9 +441,16 @@ fn clean_one(manager: &LogCleanerManager, g: Grabbed, map: &mut OffsetMap, throt
             manager.done_cleaning(&g, completed.then_some(stats.end_offset), false);
         }
         Err(e) => {
-            tracing::error!(topic = %g.key.0, partition = g.key.1, error = %e,
-                "log cleaning failed; the partition is marked uncleanable until restart");
             manager.done_cleaning(&g, None, true);
+            if matches!(e, strom_storage::StorageError::Io(_)) {
+                // The files may be half swapped: the log in memory no longer matches the disk,
+                // and only a reopen (the recovery of `.swap` files) settles it. Kafka takes the
+                // log dir offline; Strom takes the replica offline until the restart.
+                rm.mark_offline(&g.key.0, g.key.1, g.partition.topic_id, &e);
+            } else {
+                tracing::error!(topic = %g.key.0, partition = g.key.1, error = %e,
+                    "log cleaning failed; the partition is marked uncleanable until restart");
+            }
         }
     }
 }

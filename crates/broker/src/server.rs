@@ -298,6 +298,15 @@ impl Server {
                 QuorumController::start_quorum(quorum, defaults).await?
             }
         });
+        // Topic configs are validated over this broker's values of them, as Kafka's controller
+        // does with its own `KafkaConfig` (the same properties here).
+        controller.set_broker_topic_defaults(
+            config
+                .effective_topic_configs(&Default::default())
+                .into_iter()
+                .map(|(def, v, _)| (def.name.to_string(), v))
+                .collect(),
+        );
         crate::log_chores::configure_file_cache(&config);
         let replica_manager = Arc::new(ReplicaManager::new(config.clone())?);
         let metadata = Arc::new(RwLock::new(controller.image()));

@@ -154,6 +154,10 @@ pub struct QuorumController {
     /// against the image its records will apply to (Kafka's single-threaded controller).
     op_lock: tokio::sync::Mutex<()>,
     defaults: TopicDefaults,
+    /// The broker's value for each topic config it sets (`log.cleaner.min.compaction.lag.ms`
+    /// for `min.compaction.lag.ms`, ...), which Kafka's controller validates a topic's own
+    /// values against (`KafkaConfig.extractLogConfigMap`). Unset: the topic configs' defaults.
+    broker_topic_defaults: std::sync::OnceLock<BTreeMap<String, String>>,
     /// Last contact per broker; only meaningful on the active controller, so it is reset
     /// (every broker gets a fresh session) whenever this node becomes active.
     heartbeats: Mutex<(bool, BrokerHeartbeatManager)>,
@@ -176,6 +180,7 @@ impl QuorumController {
             state,
             op_lock: tokio::sync::Mutex::new(()),
             defaults,
+            broker_topic_defaults: std::sync::OnceLock::new(),
             heartbeats: Mutex::new((false, BrokerHeartbeatManager::new())),
         })
     }
@@ -196,6 +201,7 @@ impl QuorumController {
             state,
             op_lock: tokio::sync::Mutex::new(()),
             defaults,
+            broker_topic_defaults: std::sync::OnceLock::new(),
             heartbeats: Mutex::new((false, BrokerHeartbeatManager::new())),
         })
     }
@@ -212,6 +218,35 @@ impl QuorumController {
 
     pub fn defaults(&self) -> TopicDefaults {
         self.defaults
+    }
+
+    /// Sets, once at start-up, the broker's values of topic configs (keyed by the topic
+    /// config's name) that topic configs are validated over; later calls are ignored.
+    pub fn set_broker_topic_defaults(&self, values: BTreeMap<String, String>) {
+        let _ = self.broker_topic_defaults.set(values);
+    }
+
+    /// A topic config's value when the topic does not set it.
+    fn topic_default(&self, name: &str) -> String {
+        self.broker_topic_defaults
+            .get()
+            .and_then(|m| m.get(name).cloned())
+            .or_else(|| topic_config::find(name).map(|d| d.default.to_string()))
+            .unwrap_or_default()
+    }
+
+    /// Kafka's `LogConfig.validateValues` over `configs` and the broker's defaults.
+    fn validate_topic_values(
+        &self,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<(), ControllerError> {
+        let effective = |k: &str| {
+            configs
+                .get(k)
+                .cloned()
+                .unwrap_or_else(|| self.topic_default(k))
+        };
+        topic_config::validate_values(&effective).map_err(ControllerError::InvalidConfig)
     }
 
     /// How far this node has replayed the metadata log: the Raft index of the last entry
@@ -594,6 +629,7 @@ impl QuorumController {
             topic_config::validate_for_topic(name, k, v).map_err(ControllerError::InvalidConfig)?;
             configs.insert(k.clone(), v.clone());
         }
+        self.validate_topic_values(&configs)?;
         let assignment = if spec.assignments.is_empty() {
             let rf =
                 match spec.replication_factor {
@@ -822,7 +858,8 @@ impl QuorumController {
                             "Null value not supported for: {name}"
                         ))
                     })?;
-                    topic_config::validate(name, &v).map_err(ControllerError::InvalidConfig)?;
+                    topic_config::validate_for_topic(topic, name, &v)
+                        .map_err(ControllerError::InvalidConfig)?;
                     configs.insert(name.clone(), v);
                 }
                 AlterConfigOp::Delete => {
@@ -830,25 +867,26 @@ impl QuorumController {
                 }
                 AlterConfigOp::Append | AlterConfigOp::Subtract => {
                     if def.ty != topic_config::ConfigType::List {
+                        let verb = if *op == AlterConfigOp::Append {
+                            "APPEND"
+                        } else {
+                            "SUBTRACT"
+                        };
                         return Err(ControllerError::InvalidConfig(format!(
-                            "Config value append is not allowed for config key: {name}"
+                            "Can't {verb} to key {name} because its type is not LIST."
                         )));
                     }
+                    // Kafka appends to (subtracts from) the value in force, the broker's
+                    // default when the topic has none.
                     let current = configs
                         .get(name)
                         .cloned()
-                        .unwrap_or_else(|| def.default.to_string());
-                    let mut items: Vec<String> = current
-                        .split(',')
-                        .filter(|s| !s.is_empty())
+                        .unwrap_or_else(|| self.topic_default(name));
+                    let mut items: Vec<String> = topic_config::list_items(&current)
+                        .into_iter()
                         .map(str::to_string)
                         .collect();
-                    for v in value
-                        .as_deref()
-                        .unwrap_or("")
-                        .split(',')
-                        .filter(|s| !s.is_empty())
-                    {
+                    for v in topic_config::list_items(value.as_deref().unwrap_or("")) {
                         if *op == AlterConfigOp::Append {
                             if !items.iter().any(|i| i == v) {
                                 items.push(v.to_string());
@@ -864,6 +902,7 @@ impl QuorumController {
                 }
             }
         }
+        self.validate_topic_values(&configs)?;
         if validate_only {
             return Ok(());
         }

@@ -200,50 +200,151 @@ pub fn find(name: &str) -> Option<&'static TopicConfigDef> {
 /// Validates a topic config value as Kafka's `LogConfig.validate` would, with its messages.
 pub fn validate(name: &str, value: &str) -> Result<(), String> {
     let def = find(name).ok_or_else(|| format!("Unknown topic config name: {name}"))?;
-    let invalid = |why: &str| format!("Invalid value {value} for configuration {name}: {why}");
+    let invalid =
+        |shown: &str, why: &str| format!("Invalid value {shown} for configuration {name}: {why}");
     match def.validator {
         Validator::AtLeast(min) => {
-            let v: i64 = value.trim().parse().map_err(|_| invalid("Not a number"))?;
+            let type_name = if def.ty == ConfigType::Int {
+                "INT"
+            } else {
+                "LONG"
+            };
+            let not_a_number = || invalid(value, &format!("Not a number of type {type_name}"));
+            let v: i64 = value.trim().parse().map_err(|_| not_a_number())?;
             if def.ty == ConfigType::Int && i32::try_from(v).is_err() {
-                return Err(invalid("Not a number of type INT"));
+                return Err(not_a_number());
             }
             if v < min {
-                return Err(invalid(&format!("Value must be at least {min}")));
+                return Err(invalid(
+                    &v.to_string(),
+                    &format!("Value must be at least {min}"),
+                ));
             }
         }
         Validator::OneOf(allowed) => {
+            // Kafka's LIST: an empty value is an empty list (for `cleanup.policy`, no cleanup
+            // at all); items are trimmed; repeats are allowed.
             let items: Vec<&str> = if def.ty == ConfigType::List {
-                value.split(',').map(str::trim).collect()
+                list_items(value)
             } else {
                 vec![value.trim()]
             };
-            if items.is_empty() || items.iter().any(|v| !allowed.contains(v)) {
-                return Err(invalid(&format!(
-                    "String must be one of: {}",
-                    allowed.join(", ")
-                )));
+            if let Some(bad) = items.iter().find(|v| !allowed.contains(v)) {
+                return Err(invalid(
+                    bad,
+                    &format!("String must be one of: {}", allowed.join(", ")),
+                ));
             }
         }
         Validator::Between(lo, hi) => {
-            let v: f64 = value.trim().parse().map_err(|_| invalid("Not a number"))?;
-            if !(lo..=hi).contains(&v) {
-                return Err(invalid(&format!("Value must be between {lo} and {hi}")));
+            let v: f64 = value
+                .trim()
+                .parse()
+                .map_err(|_| invalid(value, "Not a number of type DOUBLE"))?;
+            // Kafka's `Range` shows the value as Java prints the parsed double ("2" is "2.0").
+            if v < lo {
+                return Err(invalid(
+                    &java_double(v),
+                    &format!("Value must be at least {lo}"),
+                ));
+            }
+            if v > hi {
+                return Err(invalid(
+                    &java_double(v),
+                    &format!("Value must be no more than {hi}"),
+                ));
             }
         }
         Validator::Boolean => {
             if !value.trim().eq_ignore_ascii_case("true")
                 && !value.trim().eq_ignore_ascii_case("false")
             {
-                return Err(invalid("Expected value to be either true or false"));
+                return Err(invalid(value, "Expected value to be either true or false"));
             }
         }
     }
     Ok(())
 }
 
-/// [`validate`] for a config of `topic`: every topic, internal or not, takes the same values
-/// (the internal topics are compacted as Kafka creates them).
-pub fn validate_for_topic(_topic: &str, name: &str, value: &str) -> Result<(), String> {
+/// The items of a LIST value as Kafka's `ConfigDef.parseType` splits it: trimmed, and none at
+/// all for a blank value.
+pub fn list_items(value: &str) -> Vec<&str> {
+    if value.trim().is_empty() {
+        Vec::new()
+    } else {
+        value.split(',').map(str::trim).collect()
+    }
+}
+
+/// Kafka's `LogConfig.validateValues`: the checks across keys, over a topic's whole effective
+/// config (`effective` answers a key with the topic's value or else the broker's default).
+/// Each value was validated alone before.
+pub fn validate_values(effective: &dyn Fn(&str) -> String) -> Result<(), String> {
+    let long = |k: &str| effective(k).trim().parse::<i64>().ok();
+    if let (Some(min), Some(max)) = (long("min.compaction.lag.ms"), long("max.compaction.lag.ms")) {
+        if min > max {
+            return Err(format!(
+                "conflict topic config setting min.compaction.lag.ms ({min}) > max.compaction.lag.ms ({max})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A value as DescribeConfigs shows it: Kafka answers the parsed value written back
+/// (`ConfigDef.convertToString`), so a list loses the blanks around its items and a double is
+/// printed as Java prints it.
+pub fn describe_value(name: &str, value: &str) -> String {
+    match find(name).map(|d| d.ty) {
+        Some(ConfigType::List) => list_items(value).join(","),
+        Some(ConfigType::Double) => match value.trim().parse::<f64>() {
+            Ok(v) => java_double(v),
+            Err(_) => value.to_string(),
+        },
+        _ => value.to_string(),
+    }
+}
+
+/// Java's `Double.toString`: plain decimals in [10^-3, 10^7) with at least one fractional
+/// digit, scientific notation (`1.0E-5`) outside.
+pub fn java_double(v: f64) -> String {
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    }
+    let abs = v.abs();
+    if abs == 0.0 || (1e-3..1e7).contains(&abs) {
+        let s = format!("{v}");
+        if s.contains('.') {
+            s
+        } else {
+            format!("{s}.0")
+        }
+    } else {
+        let s = format!("{v:e}");
+        let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
+        let mantissa = if mantissa.contains('.') {
+            mantissa.to_string()
+        } else {
+            format!("{mantissa}.0")
+        };
+        format!("{mantissa}E{exp}")
+    }
+}
+
+/// [`validate`] for a config of `topic`. `__transaction_state` also takes
+/// `compression.type=uncompressed`, which Kafka creates it with: only its coordinator writes
+/// there, always uncompressed, so the value is true without any recompression (which Strom
+/// does not do, hence `producer` alone for every other topic).
+pub fn validate_for_topic(topic: &str, name: &str, value: &str) -> Result<(), String> {
+    if topic == "__transaction_state"
+        && name == "compression.type"
+        && value.trim() == "uncompressed"
+    {
+        return Ok(());
+    }
     validate(name, value)
 }
 
@@ -259,6 +360,48 @@ mod tests {
         assert!(validate_for_topic("orders", "cleanup.policy", "compact,other").is_err());
         assert!(validate_for_topic("__consumer_offsets", "cleanup.policy", "delete").is_ok());
         assert!(validate_for_topic("__consumer_offsets", "segment.bytes", "x").is_err());
+        assert!(
+            validate_for_topic("__transaction_state", "compression.type", "uncompressed").is_ok()
+        );
+        assert!(
+            validate_for_topic("__consumer_offsets", "compression.type", "uncompressed").is_err()
+        );
+        assert!(validate_for_topic("orders", "compression.type", "uncompressed").is_err());
+    }
+
+    #[test]
+    fn cross_checks_compaction_lags() {
+        let with = |min: &'static str, max: &'static str| {
+            move |k: &str| match k {
+                "min.compaction.lag.ms" => min.to_string(),
+                "max.compaction.lag.ms" => max.to_string(),
+                _ => find(k).unwrap().default.to_string(),
+            }
+        };
+        assert_eq!(
+            validate_values(&with("10", "5")).unwrap_err(),
+            "conflict topic config setting min.compaction.lag.ms (10) > max.compaction.lag.ms (5)"
+        );
+        assert!(validate_values(&with("5", "5")).is_ok());
+        assert!(validate_values(&with("5", LONG_MAX)).is_ok());
+    }
+
+    #[test]
+    fn describes_values_as_kafka() {
+        assert_eq!(
+            describe_value("cleanup.policy", "compact, delete"),
+            "compact,delete"
+        );
+        assert_eq!(describe_value("cleanup.policy", ""), "");
+        assert_eq!(describe_value("min.cleanable.dirty.ratio", "1"), "1.0");
+        assert_eq!(describe_value("min.cleanable.dirty.ratio", "0.01"), "0.01");
+        assert_eq!(
+            describe_value("min.cleanable.dirty.ratio", "0.00001"),
+            "1.0E-5"
+        );
+        assert_eq!(describe_value("retention.ms", "100"), "100");
+        assert_eq!(java_double(0.0), "0.0");
+        assert_eq!(java_double(12345678.0), "1.2345678E7");
     }
 
     #[test]
@@ -275,6 +418,31 @@ mod tests {
         assert!(validate("min.cleanable.dirty.ratio", "1.5").is_err());
         assert!(validate("min.cleanable.dirty.ratio", "x").is_err());
         assert!(validate("unclean.leader.election.enable", "TRUE").is_ok());
+        // Kafka 4.4's answers, word for word.
+        assert_eq!(
+            validate("min.cleanable.dirty.ratio", "2").unwrap_err(),
+            "Invalid value 2.0 for configuration min.cleanable.dirty.ratio: Value must be no more than 1"
+        );
+        assert_eq!(
+            validate("min.cleanable.dirty.ratio", "-0.1").unwrap_err(),
+            "Invalid value -0.1 for configuration min.cleanable.dirty.ratio: Value must be at least 0"
+        );
+        assert_eq!(
+            validate("min.cleanable.dirty.ratio", "abc").unwrap_err(),
+            "Invalid value abc for configuration min.cleanable.dirty.ratio: Not a number of type DOUBLE"
+        );
+        assert_eq!(
+            validate("max.compaction.lag.ms", "0").unwrap_err(),
+            "Invalid value 0 for configuration max.compaction.lag.ms: Value must be at least 1"
+        );
+        assert_eq!(
+            validate("cleanup.policy", "compact,other").unwrap_err(),
+            "Invalid value other for configuration cleanup.policy: String must be one of: compact, delete"
+        );
+        assert!(validate("cleanup.policy", "").is_ok());
+        assert!(validate("cleanup.policy", "compact, delete").is_ok());
+        assert!(validate("cleanup.policy", "compact,compact").is_ok());
+        assert!(validate("cleanup.policy", "Compact").is_err());
         assert_eq!(
             validate("no.such", "1").unwrap_err(),
             "Unknown topic config name: no.such"

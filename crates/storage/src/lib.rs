@@ -59,6 +59,7 @@ pub mod producer_state;
 mod reader;
 pub mod segment;
 pub mod txn_index;
+pub mod validate_keys;
 pub mod verification;
 
 use std::path::PathBuf;
@@ -94,6 +95,14 @@ pub enum StorageError {
     /// A well-formed batch the log refuses (wrong magic, control batch from a client, ...).
     #[error("invalid record: {0}")]
     InvalidRecord(String),
+    /// Records of a client batch refused one by one (Kafka's `RecordValidationException` with
+    /// INVALID_RECORD): `message` is the produce response's error message as Kafka words it and
+    /// `errors` its `record_errors`.
+    #[error("{message}")]
+    RecordErrors {
+        message: String,
+        errors: Vec<validate_keys::RecordError>,
+    },
     #[error("offset {requested} is out of range [{log_start}, {log_end}]")]
     OffsetOutOfRange {
         requested: i64,
@@ -126,7 +135,7 @@ impl StorageError {
             Self::Io(_) | Self::CorruptCheckpoint { .. } => ErrorCode::KafkaStorageError,
             Self::CorruptRecord(_) => ErrorCode::CorruptMessage,
             Self::RecordTooLarge { .. } => ErrorCode::MessageTooLarge,
-            Self::InvalidRecord(_) => ErrorCode::InvalidRecord,
+            Self::InvalidRecord(_) | Self::RecordErrors { .. } => ErrorCode::InvalidRecord,
             Self::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
             Self::UnexpectedAppendOffset { .. } => ErrorCode::UnknownServerError,
             Self::OutOfOrderSequence(_) => ErrorCode::OutOfOrderSequenceNumber,

@@ -293,6 +293,9 @@ impl UnifiedLog {
                         "clients may not write control batches".into(),
                     ));
                 }
+                if self.config.compact {
+                    crate::validate_keys::check_keys(&view, &self.dir)?;
+                }
                 if view.producer_id() >= 0 && view.base_sequence() < 0 {
                     return Err(StorageError::InvalidRecord(format!(
                         "invalid sequence {} for producer {}",

@@ -43,7 +43,18 @@ type Written = BTreeMap<i64, (String, Option<String>)>;
 
 /// Sends each record alone (a batch of its own) and records the offset it got.
 fn produce(broker: &Broker, topic: &str, records: &[(String, Option<String>)], into: &mut Written) {
-    let p: FutureProducer = client_config(broker)
+    produce_via(&broker.bootstrap(), topic, records, into)
+}
+
+fn produce_via(
+    bootstrap: &str,
+    topic: &str,
+    records: &[(String, Option<String>)],
+    into: &mut Written,
+) {
+    let p: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("message.timeout.ms", "60000")
         .set("linger.ms", "0")
         .set("acks", "all")
         .set("enable.idempotence", "true")
@@ -54,14 +65,19 @@ fn produce(broker: &Broker, topic: &str, records: &[(String, Option<String>)], i
         if let Some(v) = v {
             rec = rec.payload(v.as_str());
         }
-        let delivered = block_on(p.send(rec, Duration::from_secs(20))).expect("delivered");
+        let delivered = block_on(p.send(rec, Duration::from_secs(60))).expect("delivered");
         into.insert(delivered.offset, (k.clone(), v.clone()));
     }
 }
 
 /// Every record of partition 0 from the start to the current end: (offset, key, value).
 fn read_all(broker: &Broker, topic: &str) -> Vec<(i64, String, Option<String>)> {
-    let c: BaseConsumer = client_config(broker)
+    read_all_via(&broker.bootstrap(), topic)
+}
+
+fn read_all_via(bootstrap: &str, topic: &str) -> Vec<(i64, String, Option<String>)> {
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
         .set("group.id", "compaction-reader")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
@@ -87,11 +103,8 @@ fn read_all(broker: &Broker, topic: &str) -> Vec<(i64, String, Option<String>)> 
                 String::from_utf8(m.key().unwrap_or_default().to_vec()).unwrap(),
                 m.payload().map(|v| String::from_utf8(v.to_vec()).unwrap()),
             )),
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => {
-                if high == 0 {
-                    break;
-                }
-            }
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) if high == 0 => break,
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => {}
             Some(Err(e)) => panic!("consume: {e}"),
             None => {}
         }
@@ -110,17 +123,17 @@ fn checkpointed(data_dir: &Path, topic: &str) -> Option<i64> {
 
 /// Kafka's compaction guarantee, checked against what was written: offsets strictly
 /// increasing and each one a record that was written there; every record at or above
-/// `first_dirty` kept; below it, exactly the latest record of each key whose latest record is
-/// below it (tombstones included when `tombstones_kept`, none of them otherwise).
+/// `first_dirty` kept; below it, exactly the latest record of each key among the records below
+/// it (tombstones included when `tombstones_kept`, none of them otherwise).
 fn check_compacted(
     read: &[(i64, String, Option<String>)],
     written: &Written,
     first_dirty: i64,
     tombstones_kept: bool,
 ) {
-    let mut latest: HashMap<&str, i64> = HashMap::new();
-    for (o, (k, _)) in written {
-        latest.insert(k, *o);
+    let mut latest_clean: HashMap<&str, i64> = HashMap::new();
+    for (o, (k, _)) in written.range(..first_dirty) {
+        latest_clean.insert(k, *o);
     }
     let mut prev = -1;
     for (o, k, v) in read {
@@ -132,9 +145,9 @@ fn check_compacted(
         assert_eq!((&w.0, &w.1), (k, v), "record at {o} changed");
         if *o < first_dirty {
             assert_eq!(
-                latest[k.as_str()],
+                latest_clean[k.as_str()],
                 *o,
-                "key {k} at {o} is not its latest record"
+                "key {k} at {o} is not its latest record below {first_dirty}"
             );
             if v.is_none() {
                 assert!(
@@ -146,12 +159,21 @@ fn check_compacted(
     }
     let read_offsets: std::collections::HashSet<i64> = read.iter().map(|r| r.0).collect();
     for (o, (k, v)) in written {
-        let must =
-            *o >= first_dirty || (latest[k.as_str()] == *o && (v.is_some() || tombstones_kept));
+        let must = *o >= first_dirty
+            || (latest_clean[k.as_str()] == *o && (v.is_some() || tombstones_kept));
         if must {
             assert!(read_offsets.contains(o), "record {o} ({k}) was lost");
         }
     }
+}
+
+/// Reads everything while the cleaner's checkpoint stays put: (first dirty offset, records).
+fn read_stable(broker: &Broker, topic: &str) -> (i64, Vec<(i64, String, Option<String>)>) {
+    eventually("a read between two cleans", || {
+        let before = checkpointed(&broker.data_dir(), topic)?;
+        let read = read_all(broker, topic);
+        (checkpointed(&broker.data_dir(), topic) == Some(before)).then_some((before, read))
+    })
 }
 
 /// After a crash: offsets strictly increasing, each record one written at that offset, and the
@@ -208,9 +230,9 @@ fn the_cleaner_keeps_the_latest_record_of_each_key_at_its_offset() {
     // More records so that all of the above leaves the active segment.
     produce(&broker, topic, &rounds(2, 20, 0), &mut written);
     let last = *written.keys().last().unwrap();
-    let first_dirty = wait_cleaned(&broker, topic, 300);
+    wait_cleaned(&broker, topic, 300);
+    let (first_dirty, read) = read_stable(&broker, topic);
     assert!(first_dirty <= last + 1);
-    let read = read_all(&broker, topic);
     check_compacted(&read, &written, first_dirty, true);
     assert!(
         read.len() < written.len() / 2,
@@ -236,7 +258,7 @@ fn tombstones_go_once_delete_retention_has_passed_after_a_clean() {
     // The first clean stamps the tombstones' delete horizon (now + 0); a later clean, made
     // necessary by new dirty records, removes them.
     let mut more = 0;
-    let read = eventually("the tombstones to be removed", || {
+    let _ = eventually("the tombstones to be removed", || {
         produce(&broker, topic, &rounds(3, 4, 0), &mut written);
         more += 1;
         assert!(more < 200, "tombstones never removed");
@@ -248,7 +270,7 @@ fn tombstones_go_once_delete_retention_has_passed_after_a_clean() {
             .count();
         (left == 0).then_some(read)
     });
-    let first_dirty = checkpointed(&broker.data_dir(), topic).unwrap();
+    let (first_dirty, read) = read_stable(&broker, topic);
     assert!(first_dirty > tombstones_end);
     // Everything of keys 0..10 is gone (their last records were tombstones).
     assert!(read
@@ -290,7 +312,84 @@ fn a_crash_at_each_step_of_the_swap_loses_and_duplicates_nothing() {
         // Nothing is lost or duplicated whatever the cleaner had done before the crash.
         eprintln!("{step}: files at the crash: {files:?}");
         check_nothing_lost(&read, &written, step);
-        let first_dirty = wait_cleaned(&broker, &topic, 50);
-        check_compacted(&read_all(&broker, &topic), &written, first_dirty, true);
+        wait_cleaned(&broker, &topic, 50);
+        let (first_dirty, read) = read_stable(&broker, &topic);
+        check_compacted(&read, &written, first_dirty, true);
     }
+}
+
+/// A follower that was down while the leader cleaned catches up across the gaps cleaning left
+/// (its appends take batches whose offsets jump), rejoins the ISR, and after the leader is
+/// killed the new leader serves every key's latest record at its offset.
+#[test]
+fn a_follower_catches_up_from_a_cleaned_leader_and_can_take_over() {
+    use common::cluster::{isr, metadata, Cluster};
+    let mut c = Cluster::start_with(
+        3,
+        &["log.cleaner.backoff.ms=50", "replica.lag.time.max.ms=2000"],
+    );
+    common::cluster::wait_all_registered(&c, 3);
+    let topic = "compacted-replicated";
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        c.config(&[1, 2, 3]).create().unwrap();
+    let mut t = rdkafka::admin::NewTopic::new(topic, 1, rdkafka::admin::TopicReplication::Fixed(3));
+    for (k, v) in compacted_configs("86400000") {
+        t = t.set(k, Box::leak(v.into_boxed_str()));
+    }
+    let opts = rdkafka::admin::AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let r = block_on(admin.create_topics([&t], &opts)).unwrap();
+    assert!(r[0].is_ok(), "{r:?}");
+    let leader = eventually("a leader with a full ISR", || {
+        let (_, _, leaders) = metadata(&c, 1, topic);
+        let l = *leaders.get(&0)?;
+        (l > 0 && isr(&c, 1, topic) == vec![1, 2, 3]).then_some(l)
+    });
+    let follower = (1..=3).find(|&n| n != leader).unwrap();
+    let alive: Vec<i32> = (1..=3).filter(|&n| n != follower).collect();
+    c.kill(follower);
+    let mut written = Written::new();
+    produce_via(
+        &c.bootstrap(&alive),
+        topic,
+        &rounds(20, 15, 3),
+        &mut written,
+    );
+    produce_via(&c.bootstrap(&alive), topic, &rounds(2, 20, 0), &mut written);
+    eventually("the leader to clean", || {
+        checkpointed(&c.data_dir(leader), topic).filter(|&o| o >= 250)
+    });
+    c.restart(follower);
+    eventually("the follower back in the ISR", || {
+        (isr(&c, leader, topic) == vec![1, 2, 3]).then_some(())
+    });
+    // The follower's own log: only records the leader still had, none changed, and nothing
+    // missing at or above the leader's first dirty offset.
+    c.kill(leader);
+    let rest: Vec<i32> = (1..=3).filter(|&n| n != leader).collect();
+    eventually("a new leader", || {
+        let (_, _, leaders) = metadata(&c, rest[0], topic);
+        leaders
+            .get(&0)
+            .filter(|&&l| l > 0 && l != leader)
+            .map(|_| ())
+    });
+    let read = read_all_via(&c.bootstrap(&rest), topic);
+    check_nothing_lost(&read, &written, "after failover");
+    // Every node cleans its own replica; records above all of their first dirty offsets were
+    // cleaned by none and must all be there.
+    let cleaned_to = (1..=3)
+        .filter_map(|n| checkpointed(&c.data_dir(n), topic))
+        .max()
+        .unwrap();
+    let offsets: std::collections::HashSet<i64> = read.iter().map(|r| r.0).collect();
+    for o in written.range(cleaned_to..).map(|(o, _)| o) {
+        assert!(
+            offsets.contains(o),
+            "record {o} above the cleaned range lost"
+        );
+    }
+    assert!(
+        read.len() < written.len(),
+        "the follower got the uncleaned log"
+    );
 }

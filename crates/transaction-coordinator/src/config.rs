@@ -118,9 +118,8 @@ impl TransactionCoordinatorConfig {
     }
 
     /// The topic configs it is created with (Kafka's `transactionTopicConfigs`): compacted,
-    /// batches kept as the coordinator writes them (uncompressed; Kafka forces `uncompressed`,
-    /// which Strom's topic configs do not take as it never recompresses), no unclean
-    /// election, the configured segment size, and
+    /// `uncompressed` as Kafka (true without recompression: only the coordinator writes there,
+    /// always uncompressed), no unclean election, the configured segment size, and
     /// `transaction.state.log.min.isr` as far as the replication factor allows (a single node
     /// gets 1, so its writes with acks=all can succeed).
     pub fn topic_configs(&self, replication_factor: i16) -> Vec<(String, String)> {
@@ -130,7 +129,7 @@ impl TransactionCoordinatorConfig {
             .max(1);
         vec![
             ("cleanup.policy".into(), "compact".into()),
-            ("compression.type".into(), "producer".into()),
+            ("compression.type".into(), "uncompressed".into()),
             ("unclean.leader.election.enable".into(), "false".into()),
             ("min.insync.replicas".into(), min_isr.to_string()),
             (

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use strom_controller::controller::AlterConfigOp;
+use strom_controller::topic_config;
 use strom_protocol::kafka::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
@@ -52,6 +53,7 @@ pub fn describe_configs(
                         .into_iter()
                         .filter(|(def, _, _)| wanted(def.name))
                         .map(|(def, value, source)| {
+                            let value = topic_config::describe_value(def.name, &value);
                             let mut synonyms = Vec::new();
                             if req.include_synonyms {
                                 if source == ConfigSource::DynamicTopic {
@@ -62,11 +64,12 @@ pub fn describe_configs(
                                     ));
                                 }
                                 if let Some((v, key)) = broker.config.broker_default(def.name) {
+                                    let v = topic_config::describe_value(def.name, &v);
                                     synonyms.push(synonym(key, &v, ConfigSource::StaticBroker));
                                 }
                                 synonyms.push(synonym(
                                     def.broker_key,
-                                    def.default,
+                                    &topic_config::describe_value(def.name, def.default),
                                     ConfigSource::Default,
                                 ));
                             }

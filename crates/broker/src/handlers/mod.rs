@@ -8,6 +8,7 @@ mod api_versions;
 mod configs;
 mod delete_records;
 mod describe_cluster;
+mod describe_log_dirs;
 mod describe_producers;
 mod elect_leaders;
 mod fetch;

@@ -17,12 +17,12 @@ use std::time::Duration;
 use strom_controller::{names, CreateTopicSpec};
 use strom_protocol::batch::{BatchError, BatchIter};
 use strom_protocol::kafka::messages::produce_response::{
-    PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
 use strom_protocol::kafka::messages::{ProduceRequest, ProduceResponse};
 use strom_protocol::ErrorCode;
 use strom_storage::verification::VerificationGuard;
-use strom_storage::AppendOrigin;
+use strom_storage::{AppendOrigin, StorageError};
 
 use super::str_bytes;
 use crate::partition::{Partition, PartitionError};
@@ -420,6 +420,7 @@ fn append_all(
                             }
                             resp.with_error_code(produce_error_code(&e).code())
                                 .with_error_message(Some(str_bytes(&e.to_string())))
+                                .with_record_errors(record_errors(&e))
                                 .with_log_start_offset(match e {
                                     PartitionError::Storage(_) => partition.log_start_offset(),
                                     _ => -1,
@@ -450,6 +451,22 @@ fn produce_error_code(e: &PartitionError) -> ErrorCode {
         }
         other => other.error_code(),
     }
+}
+
+/// The records a refused batch was refused for (Kafka's `RecordValidationException`), which
+/// produce v8+ reports one by one.
+fn record_errors(e: &PartitionError) -> Vec<BatchIndexAndErrorMessage> {
+    let PartitionError::Storage(StorageError::RecordErrors { errors, .. }) = e else {
+        return Vec::new();
+    };
+    errors
+        .iter()
+        .map(|r| {
+            BatchIndexAndErrorMessage::default()
+                .with_batch_index(r.batch_index)
+                .with_batch_index_error_message(Some(str_bytes(&r.message)))
+        })
+        .collect()
 }
 
 /// Produce v3+ carries exactly one magic-2 batch per partition (Kafka's

@@ -284,6 +284,15 @@ pub static REGISTRY: &[ApiEntry] = &[
         |b, ctx, req, v| write_txn_markers::handle(b, req).await
     ),
     api!(
+        DescribeLogDirs,
+        1,
+        4,
+        BROKER,
+        forward = false,
+        DescribeLogDirsRequest,
+        |b, ctx, req, v| describe_log_dirs::handle(b, req)
+    ),
+    api!(
         DescribeProducers,
         0,
         0,

@@ -200,12 +200,16 @@ async fn execute(action: TopicsAction, args: &TopicsArgs) -> anyhow::Result<()> 
             let descs = admin.describe_topics(Some(&names)).await?;
             for d in descs {
                 let configs = match admin.describe_topic_configs(&d.name).await {
-                    Ok(entries) => entries
-                        .into_iter()
-                        .filter(|c| !c.is_default)
-                        .map(|c| format!("{}={}", c.name, c.value.unwrap_or_default()))
-                        .collect::<Vec<_>>()
-                        .join(","),
+                    // kafka-topics.sh lists them as the AdminClient's `Config` holds them: in a
+                    // Java HashMap filled in the order of the response.
+                    Ok(entries) => strom_protocol::java::hash_map_order(entries, |c| {
+                        strom_protocol::java::string_hash(&c.name)
+                    })
+                    .into_iter()
+                    .filter(|c| !c.is_default)
+                    .map(|c| format!("{}={}", c.name, c.value.unwrap_or_default()))
+                    .collect::<Vec<_>>()
+                    .join(","),
                     Err(Error::UnsupportedVersion(_)) => String::new(),
                     Err(e) => return Err(e.into()),
                 };

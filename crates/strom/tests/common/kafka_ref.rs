@@ -72,6 +72,11 @@ impl KafkaRef {
     pub fn bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
+
+    /// The broker's log dir (`log.dirs`).
+    pub fn data_dir(&self) -> PathBuf {
+        self._dir.path().join("data")
+    }
 }
 
 impl Drop for KafkaRef {
