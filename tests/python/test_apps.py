@@ -44,8 +44,10 @@ STROM_SETTINGS = [
     "broker.session.timeout.ms=3000", "broker.heartbeat.interval.ms=500",
     "replica.fetch.wait.max.ms=100", "replica.lag.time.max.ms=5000",
     "group.initial.rebalance.delay.ms=0", "min.insync.replicas=2",
+    # the log cleaner looks for dirty logs every second instead of every 15 s
+    "log.cleaner.backoff.ms=1000",
 ]
-KAFKA_PROPS = ["group.initial.rebalance.delay.ms=0"]
+KAFKA_PROPS = ["group.initial.rebalance.delay.ms=0", "log.cleaner.backoff.ms=1000"]
 BROKERS = [b for b in os.environ.get("APPS_BROKERS", "strom,kafka").split(",") if b]
 
 VOCAB = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
@@ -452,11 +454,18 @@ def _create_connector(worker, name, config, diag):
     answers = []
 
     def created():
-        st, body = _http("POST", worker.url + "/connectors", {"name": name, "config": config})
+        # a worker still starting its herder holds the request (up to Connect's own 90 s)
+        try:
+            st, body = _http("POST", worker.url + "/connectors",
+                             {"name": name, "config": config}, timeout=90)
+        except (urllib.error.URLError, OSError) as e:
+            st, body = None, repr(e)
         answers.append((st, body))
+        if st == 409 and "already exists" in str(body):
+            return True  # an earlier POST that timed out on our side went through
         return st == 201
     try:
-        wait_until(f"connector {name} created", 60, created, interval=1.0)
+        wait_until(f"connector {name} created", 120, created, interval=1.0)
     except AssertionError as e:
         raise AssertionError(f"{e}: {answers[-3:]}\n{diag()}") from None
 
