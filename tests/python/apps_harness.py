@@ -124,6 +124,24 @@ class Proc:
         return self.proc.returncode
 
 
+def cleaned_partitions(root: Path, marker: str):
+    """(topic, partition) -> cleaned-up-to offset from every cleaner-offset-checkpoint (Kafka's
+    format: version, count, then `topic partition offset` lines) under `root`, for topics whose
+    name contains `marker`: what the brokers' log cleaners compacted."""
+    out = {}
+    for f in root.rglob("cleaner-offset-checkpoint"):
+        try:
+            lines = f.read_text().splitlines()[2:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) == 3 and marker in parts[0]:
+                key = (parts[0], int(parts[1]))
+                out[key] = max(out.get(key, 0), int(parts[2]))
+    return out
+
+
 class StromCluster:
     """`n` strom server processes, each a controller voter and a broker (as the Java tests'
     ClusterUnderTest), data in `dir`/node-N."""

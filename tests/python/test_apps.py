@@ -33,8 +33,8 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from apps_harness import (REPO, KafkaRef, Proc, StromCluster, build_apps, free_ports,
-                          java_cmd, log4j_config, new_tmp, tail, wait_until)
+from apps_harness import (REPO, KafkaRef, Proc, StromCluster, build_apps, cleaned_partitions,
+                          free_ports, java_cmd, log4j_config, new_tmp, tail, wait_until)
 
 pytestmark = pytest.mark.timeout(420)
 # kafka-python logs every refused connection to the killed broker as an error: expected here
@@ -376,7 +376,9 @@ def test_streams_word_count_eos(target, apps_classpath, procs):
         c, w = _expected(target, inp)
         print(f"{target.name}: {lines.next} lines, {sum(c.values())} words; restored "
               f"{dict(restored)}; {sum(map(len, view.history[counts].values()))} count and "
-              f"{sum(map(len, view.history[windowed].values()))} windowed updates read")
+              f"{sum(map(len, view.history[windowed].values()))} windowed updates read; "
+              f"{len(cleaned_partitions(target.tmp, sfx))} of the app's compacted partitions "
+              "cleaned by the log cleaner during the run")
     finally:
         view.close()
 
