@@ -175,7 +175,8 @@ class StromCluster:
                "--controller-quorum", self.quorum, "--data-dir", d]
         for s in self.settings:
             cmd += ["--set", s]
-        p = Proc(cmd, d / "server.log", env={"RUST_LOG": os.environ.get("RUST_LOG", "info"), "NO_COLOR": "1"})
+        p = Proc(cmd, d / "server.log",
+                 env={"RUST_LOG": os.environ.get("RUST_LOG", "info"), "NO_COLOR": "1"})
         self.procs[i] = p
         return p
 
