@@ -136,7 +136,9 @@ def _topic_configs(target, topic):
         admin.close()
     out = {}
     for r in res:
-        for _type, _name, _err, _msg, entries in r.resources:
+        for err, msg, _type, _name, entries in r.resources:
+            if err:
+                return {"error": f"{err} {msg}"}
             for e in entries:
                 out[e[0]] = e[1]
     return out
@@ -553,7 +555,10 @@ def test_connect_distributed_file_pipeline(target, apps_classpath, procs, guaran
             w.wait_up()
         # Connect created its topics compacted (and refuses to start on ones that are not)
         for t in topics:
-            assert _topic_configs(target, t).get("cleanup.policy") == "compact", t
+            # the REST server answers before the herder has created every topic
+            wait_until(f"{t} created with cleanup.policy=compact", 60,
+                       lambda t=t: _topic_configs(target, t).get("cleanup.policy") == "compact"
+                       or None, interval=0.5)
         wait_until("the worker with a cleanup.policy=delete config topic refusing it", 60,
                    lambda: any("required to have 'cleanup.policy=compact'" in x
                                for x in refused.proc.lines()))
