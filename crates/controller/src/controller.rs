@@ -836,6 +836,44 @@ impl QuorumController {
     ) -> Result<(), ControllerError> {
         let _op = self.op_lock.lock().await;
         self.check_active()?;
+        self.alter_topic_configs_locked(topic, ops, validate_only)
+            .await
+    }
+
+    /// The legacy AlterConfigs for one topic: `configs` become the topic's whole set (every
+    /// config not named goes back to its default), validated as IncrementalAlterConfigs is.
+    pub async fn alter_topic_configs(
+        &self,
+        topic: &str,
+        configs: &[(String, Option<String>)],
+        validate_only: bool,
+    ) -> Result<(), ControllerError> {
+        let _op = self.op_lock.lock().await;
+        self.check_active()?;
+        let image = self.image();
+        let t = image
+            .topic(topic)
+            .ok_or(ControllerError::UnknownTopicOrPartition)?;
+        let mut ops: Vec<(String, AlterConfigOp, Option<String>)> = configs
+            .iter()
+            .map(|(k, v)| (k.clone(), AlterConfigOp::Set, v.clone()))
+            .collect();
+        for k in t.configs.keys() {
+            if !configs.iter().any(|(n, _)| n == k) {
+                ops.push((k.clone(), AlterConfigOp::Delete, None));
+            }
+        }
+        self.alter_topic_configs_locked(topic, &ops, validate_only)
+            .await
+    }
+
+    /// Applies config `ops` to `topic` under the op lock (held by the caller).
+    async fn alter_topic_configs_locked(
+        &self,
+        topic: &str,
+        ops: &[(String, AlterConfigOp, Option<String>)],
+        validate_only: bool,
+    ) -> Result<(), ControllerError> {
         let image = self.image();
         let t = image
             .topic(topic)

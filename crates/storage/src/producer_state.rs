@@ -776,6 +776,26 @@ impl ProducerStateManager {
         Ok(())
     }
 
+    /// Kafka's `removeAndMarkSnapshotForDeletion`: the snapshot at `offset` (of a segment the
+    /// cleaner merged into an earlier one) leaves the manager and is renamed `.deleted`, for
+    /// removal with the segment's files; the renamed path, if there was one.
+    pub(crate) fn remove_and_mark_snapshot_for_deletion(
+        &mut self,
+        offset: i64,
+    ) -> Result<Option<PathBuf>, StorageError> {
+        let Some(path) = self.snapshots.remove(&offset) else {
+            return Ok(None);
+        };
+        let mut to = path.clone().into_os_string();
+        to.push(crate::DELETED_FILE_SUFFIX);
+        let to = PathBuf::from(to);
+        match std::fs::rename(&path, &to) {
+            Ok(()) => Ok(Some(to)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Deletes snapshots below `offset` (the segments they belong to are gone).
     pub fn delete_snapshots_before(&mut self, offset: i64) -> Result<(), StorageError> {
         let old: Vec<i64> = self.snapshots.range(..offset).map(|(o, _)| *o).collect();

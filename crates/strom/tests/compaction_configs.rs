@@ -588,3 +588,184 @@ fn describe_log_dirs_reports_the_files() {
         );
     }
 }
+
+/// The legacy AlterConfigs (whole-set) on the compaction keys, as raw v2 requests: per step
+/// its error code and message. librdkafka reports every resource as altered (its result
+/// ignores the per-resource error), so the answers are read off the wire.
+fn legacy_alter_steps(bootstrap: &str) -> Vec<String> {
+    use strom_protocol::kafka::messages::alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use strom_protocol::kafka::messages::{AlterConfigsRequest, AlterConfigsResponse};
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    let t = NewTopic::new("lg", 1, TopicReplication::Fixed(1))
+        .set("cleanup.policy", "compact")
+        .set("min.compaction.lag.ms", "10")
+        .set("max.compaction.lag.ms", "20");
+    let res = block_on(admin.create_topics([&t], &AdminOptions::new())).unwrap();
+    assert!(res[0].is_ok(), "{res:?}");
+    let steps: [(bool, &[(&str, &str)]); 7] = [
+        (
+            true,
+            &[
+                ("min.compaction.lag.ms", "10"),
+                ("max.compaction.lag.ms", "5"),
+            ],
+        ),
+        (
+            false,
+            &[
+                ("min.compaction.lag.ms", "10"),
+                ("max.compaction.lag.ms", "5"),
+            ],
+        ),
+        // Every config not named returns to its default: min 10 goes, max 5 alone is fine;
+        // then min 6 alone is fine too (max back at its default).
+        (false, &[("max.compaction.lag.ms", "5")]),
+        (false, &[("min.compaction.lag.ms", "6")]),
+        (false, &[("min.cleanable.dirty.ratio", "7")]),
+        (false, &[("cleanup.policy", "compact,other")]),
+        (
+            false,
+            &[
+                ("cleanup.policy", "compact,delete"),
+                ("min.cleanable.dirty.ratio", "0.2"),
+            ],
+        ),
+    ];
+    let mut lines = Vec::new();
+    for (validate_only, step) in steps {
+        let req = AlterConfigsRequest::default()
+            .with_validate_only(validate_only)
+            .with_resources(vec![AlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_static_str("lg"))
+                .with_configs(
+                    step.iter()
+                        .map(|(k, v)| {
+                            AlterableConfig::default()
+                                .with_name(StrBytes::from_string(k.to_string()))
+                                .with_value(Some(StrBytes::from_string(v.to_string())))
+                        })
+                        .collect(),
+                )]);
+        let mut s = TcpStream::connect(bootstrap).unwrap();
+        let resp: AlterConfigsResponse = raw_call(&mut s, ApiKey::AlterConfigs, 2, &req);
+        let r = &resp.responses[0];
+        lines.push(format!(
+            "{step:?} validate_only={validate_only} -> {} {:?}",
+            r.error_code,
+            r.error_message.as_ref().map(|m| m.to_string())
+        ));
+    }
+    lines
+}
+
+#[test]
+fn legacy_alter_configs_replace_the_set_as_kafka() {
+    use rdkafka::admin::ResourceSpecifier;
+    let _serial = serial();
+    let strom = Broker::start();
+    let got = legacy_alter_steps(&strom.bootstrap());
+    let code = |i: usize| {
+        got[i]
+            .split(" -> ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+    };
+    assert_eq!(
+        (0..7).map(code).collect::<Vec<_>>(),
+        ["40", "40", "0", "0", "40", "40", "0"],
+        "{got:#?}"
+    );
+    // The last set is the whole set now.
+    let admin = common::admin(&strom);
+    let described =
+        block_on(admin.describe_configs([&ResourceSpecifier::Topic("lg")], &AdminOptions::new()))
+            .unwrap();
+    let entries = described[0].as_ref().unwrap();
+    let value = |k: &str| entries.get(k).unwrap().value.clone().unwrap_or_default();
+    assert_eq!(value("cleanup.policy"), "compact,delete");
+    assert_eq!(value("min.cleanable.dirty.ratio"), "0.2");
+    assert_eq!(value("max.compaction.lag.ms"), i64::MAX.to_string());
+    assert_eq!(value("min.compaction.lag.ms"), "0");
+    if let Some(kafka) = oracle() {
+        assert_eq!(got, legacy_alter_steps(&kafka.bootstrap()));
+    }
+}
+
+/// CreateTopics v7 answers (error code and message) for topics with these configs, on a
+/// broker whose `log.cleaner.min.compaction.lag.ms` is 50.
+fn create_with_broker_lag(bootstrap: &str) -> Vec<(i16, Option<String>)> {
+    use strom_protocol::kafka::messages::create_topics_request::{
+        CreatableTopic, CreatableTopicConfig,
+    };
+    use strom_protocol::kafka::messages::{CreateTopicsRequest, CreateTopicsResponse};
+    let cases: [(&str, &[(&str, &str)]); 3] = [
+        ("bl-conflict", &[("max.compaction.lag.ms", "10")]),
+        ("bl-fine", &[("max.compaction.lag.ms", "50")]),
+        (
+            "bl-own-min",
+            &[
+                ("min.compaction.lag.ms", "5"),
+                ("max.compaction.lag.ms", "10"),
+            ],
+        ),
+    ];
+    cases
+        .iter()
+        .map(|(name, configs)| {
+            let req = CreateTopicsRequest::default()
+                .with_timeout_ms(20_000)
+                .with_topics(vec![CreatableTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(name.to_string())))
+                    .with_num_partitions(1)
+                    .with_replication_factor(1)
+                    .with_configs(
+                        configs
+                            .iter()
+                            .map(|(k, v)| {
+                                CreatableTopicConfig::default()
+                                    .with_name(StrBytes::from_string(k.to_string()))
+                                    .with_value(Some(StrBytes::from_string(v.to_string())))
+                            })
+                            .collect(),
+                    )]);
+            let mut s = TcpStream::connect(bootstrap).unwrap();
+            let resp: CreateTopicsResponse = raw_call(&mut s, ApiKey::CreateTopics, 7, &req);
+            let t = &resp.topics[0];
+            (
+                t.error_code,
+                t.error_message.as_ref().map(|m| m.to_string()),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn broker_compaction_lag_defaults_take_part_in_the_cross_check() {
+    let _serial = serial();
+    let strom = Broker::start_with(&["log.cleaner.min.compaction.lag.ms=50"]);
+    let got = create_with_broker_lag(&strom.bootstrap());
+    assert_eq!(
+        got[0],
+        (
+            40,
+            Some(
+                "conflict topic config setting min.compaction.lag.ms (50) > max.compaction.lag.ms (10)"
+                    .into()
+            )
+        )
+    );
+    assert_eq!((got[1].0, got[2].0), (0, 0), "{got:?}");
+    if kafka_ref::oracle_available().is_ok() {
+        let kafka = KafkaRef::start_with_props("log.cleaner.min.compaction.lag.ms=50\n");
+        assert_eq!(got, create_with_broker_lag(&kafka.bootstrap()));
+    }
+}

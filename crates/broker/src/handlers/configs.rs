@@ -1,4 +1,5 @@
-//! DescribeConfigs and IncrementalAlterConfigs for topics (and describe for the broker).
+//! DescribeConfigs, IncrementalAlterConfigs and the legacy AlterConfigs for topics (and
+//! describe for the broker).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -204,9 +205,46 @@ async fn alter_one(
         .await;
     broker.sync_metadata().await;
     match outcome {
-        Ok(()) => res,
+        // Kafka answers success without a message (null), not an empty one.
+        Ok(()) => res.with_error_message(None),
         Err(e) => res
             .with_error_code(e.code())
             .with_error_message(Some(str_bytes(&e.to_string()))),
     }
+}
+
+/// The legacy AlterConfigs: each topic's configs replaced by the ones given.
+pub async fn alter_configs(broker: &Arc<Broker>, req: AlterConfigsRequest) -> AlterConfigsResponse {
+    use strom_protocol::kafka::messages::alter_configs_response::AlterConfigsResourceResponse as Res;
+    let mut responses = Vec::with_capacity(req.resources.len());
+    for r in req.resources {
+        let res = Res::default()
+            .with_resource_type(r.resource_type)
+            .with_resource_name(r.resource_name.clone());
+        if r.resource_type != RESOURCE_TOPIC {
+            responses.push(
+                res.with_error_code(ErrorCode::InvalidRequest.code())
+                    .with_error_message(Some(str_bytes("Only topic configs can be altered"))),
+            );
+            continue;
+        }
+        let configs: Vec<(String, Option<String>)> = r
+            .configs
+            .iter()
+            .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+            .collect();
+        let outcome = broker
+            .controller
+            .alter_topic_configs(r.resource_name.as_str(), &configs, req.validate_only)
+            .await;
+        broker.sync_metadata().await;
+        responses.push(match outcome {
+            // Kafka answers success without a message (null), not an empty one.
+            Ok(()) => res.with_error_message(None),
+            Err(e) => res
+                .with_error_code(e.code())
+                .with_error_message(Some(str_bytes(&e.to_string()))),
+        });
+    }
+    AlterConfigsResponse::default().with_responses(responses)
 }

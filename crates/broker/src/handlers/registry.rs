@@ -257,6 +257,15 @@ pub static REGISTRY: &[ApiEntry] = &[
         |b, ctx, req, v| configs::describe_configs(b, req, v)
     ),
     api!(
+        AlterConfigs,
+        0,
+        2,
+        BOTH,
+        forward = true,
+        AlterConfigsRequest,
+        |b, ctx, req, v| configs::alter_configs(b, req).await
+    ),
+    api!(
         IncrementalAlterConfigs,
         0,
         1,

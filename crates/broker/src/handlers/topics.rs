@@ -83,7 +83,11 @@ pub async fn create_topics(
                                 .map(|(def, value, source)| {
                                     CreatableTopicConfigs::default()
                                         .with_name(str_bytes(def.name))
-                                        .with_value(Some(str_bytes(&value)))
+                                        .with_value(Some(str_bytes(
+                                            &strom_controller::topic_config::describe_value(
+                                                def.name, &value,
+                                            ),
+                                        )))
                                         .with_config_source(source as i8)
                                 })
                                 .collect(),
@@ -99,6 +103,8 @@ pub async fn create_topics(
                     .with_num_partitions(created.num_partitions)
                     .with_replication_factor(created.replication_factor)
                     .with_configs(configs)
+                    // Kafka answers success without a message (null), not an empty one.
+                    .with_error_message(None)
                 }
                 Err(e) => res
                     .with_error_code(e.code())

@@ -227,6 +227,14 @@ impl UnifiedLog {
         self.segments[&base].change_file_suffixes(SWAP_FILE_SUFFIX, "")?;
         sync_dir(&self.dir)?;
         fail("after_swap_done")?;
+        // The producer snapshots of the segments merged into the new one go with them (Kafka's
+        // `deleteProducerSnapshots` of the replaced-but-not-reused segments).
+        for s in old.iter().filter(|s| s.base_offset() != base) {
+            renamed.extend(
+                self.producer_state
+                    .remove_and_mark_snapshot_for_deletion(s.base_offset())?,
+            );
+        }
         drop(old);
         self.schedule_delete(renamed, crate::segment::now_ms())?;
         Ok(true)

@@ -267,7 +267,15 @@ fn keeps_the_latest_record_per_key_at_its_offset() {
 #[test]
 fn records_without_a_key_are_dropped_and_the_round_keeps_its_last_batch() {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = open(dir.path(), config());
+    // Keyless records reach a compacted log only from before its policy became compact (a
+    // compacted topic refuses them at produce).
+    let mut log = open(
+        dir.path(),
+        LogConfig {
+            compact: false,
+            ..config()
+        },
+    );
     append(
         &mut log,
         PLAIN,
@@ -277,6 +285,7 @@ fn records_without_a_key_are_dropped_and_the_round_keeps_its_last_batch() {
     append(&mut log, PLAIN, &[(Some("k"), Some("2"))], T0);
     append(&mut log, PLAIN, &[(None, Some("y"))], T0);
     log.roll(T0).unwrap();
+    log.update_config(config());
     let stats = clean(&mut log, T0);
     assert_eq!(stats.invalid_messages, 2);
     assert_eq!(data(&log), vec![(2, "k".into(), Some("2".into()))]);
@@ -851,4 +860,42 @@ fn a_producers_last_marker_keeps_its_epoch_through_cleaning() {
     drop(log);
     let log = UnifiedLog::open_in(&FileCache::new(64), dir.path(), config(), 0, true).unwrap();
     assert_eq!(log.producer_state().producers()[&4].producer_epoch, 1);
+}
+
+#[test]
+fn snapshots_of_merged_segments_go_with_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), config());
+    fill(&mut log, &["a=1", "b=1"]);
+    fill(&mut log, &["a=2", "b=2"]);
+    fill(&mut log, &["a=3"]);
+    append(&mut log, PLAIN, &[(Some("a"), Some("active"))], T0);
+    let snapshots = |dir: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".snapshot"))
+            .collect();
+        v.sort();
+        v
+    };
+    // A snapshot at each roll: at 2, 4 and 5.
+    assert_eq!(
+        snapshots(dir.path()).len(),
+        3,
+        "{:?}",
+        snapshots(dir.path())
+    );
+    let stats = clean(&mut log, T0);
+    assert_eq!(stats.groups_swapped, 1);
+    assert_eq!(
+        log.segments().map(|s| s.base_offset()).collect::<Vec<_>>(),
+        vec![0, 5]
+    );
+    log.delete_due_files(i64::MAX).unwrap();
+    // The segments at 2 and 4 were merged into 0: their snapshots left with them; the
+    // snapshot at the active segment's base stays.
+    assert_eq!(snapshots(dir.path()), vec![format!("{:020}.snapshot", 5)]);
+    assert_eq!(log.producer_state().snapshot_offsets(), vec![5]);
+    assert!(leftovers(dir.path()).is_empty());
 }
