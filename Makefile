@@ -4,9 +4,10 @@
 #   make test         the whole test suite: Rust unit + integration tests, kafka-python + kcat
 #                     tests, Java client + kafka-dump-log tests. Installs what it needs (kcat via
 #                     apt, a Python venv in .venv, Maven artifacts from Maven Central).
-#   make test-rust | test-python | test-java | test-groups    one part (test-groups: consumer
-#                     groups across kafka-python, confluent-kafka, Java, franz-go, kafkajs;
-#                     tests/groups/README.md)
+#   make test-rust | test-python | test-java | test-groups | test-apps    one part (test-groups:
+#                     consumer groups across kafka-python, confluent-kafka, Java, franz-go,
+#                     kafkajs; tests/groups/README.md; test-apps: Kafka Streams and Kafka Connect
+#                     on a 3-node Strom cluster and on Kafka 4.4, tests/apps/README.md)
 #
 # Fails if any part fails (all parts still run).
 #
@@ -27,11 +28,11 @@ SUDO := $(shell [ "$$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && echo
 
 export STROM_BIN
 
-.PHONY: test run build rust-deps test-rust test-python test-java test-groups groups-deps kcat venv kafka-ref-fetch
+.PHONY: test run build rust-deps test-rust test-python test-java test-groups test-apps groups-deps kcat venv kafka-ref-fetch
 
 test:
 	@status=0; failed=""; \
-	for part in test-rust test-python test-java test-groups; do \
+	for part in test-rust test-python test-java test-groups test-apps; do \
 	  $(MAKE) --no-print-directory $$part || { status=1; failed="$$failed $$part"; }; \
 	done; \
 	if [ $$status -ne 0 ]; then echo "make test: FAILED:$$failed" >&2; fi; \
@@ -76,7 +77,8 @@ $(VENV)/.installed: tests/python/requirements.txt
 	@touch $@
 
 test-python: $(STROM_DEP) kcat venv
-	STROM_REQUIRE_KCAT=1 $(VENV)/bin/python -m pytest tests/python --ignore-glob='tests/python/test_groups_*' --ignore=tests/python/test_txn_matrix.py
+	STROM_REQUIRE_KCAT=1 $(VENV)/bin/python -m pytest tests/python --ignore-glob='tests/python/test_groups_*' --ignore=tests/python/test_txn_matrix.py \
+	  --ignore=tests/python/test_apps.py
 
 # the client harnesses' dependencies (Go modules, npm packages) and the Kafka jars for Java's
 groups-deps: kafka-ref-fetch
@@ -87,6 +89,10 @@ groups-deps: kafka-ref-fetch
 test-groups: $(STROM_DEP) venv groups-deps
 	$(VENV)/bin/python -m pytest tests/python/test_groups_checker.py tests/python/test_groups_matrix.py tests/python/test_txn_matrix.py \
 	  -rA -o log_level=WARNING --durations=0
+
+# Kafka Streams + Kafka Connect (tests/apps, built with Maven) on 3 Strom nodes and on Kafka 4.4
+test-apps: $(STROM_DEP) venv kafka-ref-fetch
+	$(VENV)/bin/python -m pytest tests/python/test_apps.py -rA -o log_level=WARNING --durations=0
 
 test-java: $(STROM_DEP)
 	@# Maven 3.8 writes stray colour resets at exit even in batch mode: strip escape sequences
