@@ -13,6 +13,7 @@
 //! message specs; it is re-exported as [`kafka`].
 
 pub mod batch;
+pub mod compression;
 pub mod frame;
 pub mod java;
 pub mod memory_records;

@@ -5,9 +5,7 @@
 
 use std::path::Path;
 
-use bytes::Bytes;
 use strom_protocol::batch::BatchView;
-use strom_protocol::kafka::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
 
 use crate::StorageError;
 
@@ -93,23 +91,8 @@ pub(crate) fn check_keys(batch: &BatchView<'_>, dir: &Path) -> Result<(), Storag
 }
 
 fn decompress(codec: i16, data: &[u8]) -> Result<Vec<u8>, StorageError> {
-    let corrupt = || StorageError::CorruptRecord("Failed to decompress record stream".into());
-    if !(1..=4).contains(&codec) {
-        return Err(corrupt());
-    }
-    let mut input = Bytes::copy_from_slice(data);
-    let take = |b: &mut Bytes| Ok(std::mem::take(b));
-    // A codec fed hostile bytes may panic; a produce must never take the broker down with it.
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match codec {
-        1 => Gzip::decompress(&mut input, take),
-        2 => Snappy::decompress(&mut input, take),
-        3 => Lz4::decompress(&mut input, take),
-        _ => Zstd::decompress(&mut input, take),
-    }));
-    match result {
-        Ok(Ok(b)) => Ok(b.to_vec()),
-        Ok(Err(_)) | Err(_) => Err(corrupt()),
-    }
+    strom_protocol::compression::decompress(codec, data)
+        .map_err(|e| StorageError::CorruptRecord(e.to_string()))
 }
 
 /// Reads one v2 record at `*pos` (Kafka's `DefaultRecord.readFrom` layout: length, attributes,
@@ -168,8 +151,8 @@ mod tests {
                 // The encoder groups records into one batch while offset - sequence is even.
                 sequence: i as i32,
                 timestamp: 1000,
-                key: k.map(|k| Bytes::copy_from_slice(k.as_bytes())),
-                value: Some(Bytes::from_static(b"v")),
+                key: k.map(|k| bytes::Bytes::copy_from_slice(k.as_bytes())),
+                value: Some(bytes::Bytes::from_static(b"v")),
                 headers: Default::default(),
             })
             .collect();

@@ -1,9 +1,6 @@
 //! Record-level parsing of a v2 batch with the semantics (and error messages) of Kafka's
 //! `DefaultRecordBatch` iterators and `DefaultRecord.readFrom`, including decompression.
 
-use bytes::Bytes;
-use strom_protocol::kafka::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
-
 use super::log::Header;
 use super::{abort, Res};
 
@@ -202,19 +199,7 @@ pub(crate) fn codec_name(id: i16) -> Result<&'static str, String> {
 }
 
 fn decompress(codec: i16, data: &[u8]) -> Result<Vec<u8>, String> {
-    let mut input = Bytes::copy_from_slice(data);
-    let take = |b: &mut Bytes| Ok(std::mem::take(b));
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match codec {
-        1 => Gzip::decompress(&mut input, take),
-        2 => Snappy::decompress(&mut input, take),
-        3 => Lz4::decompress(&mut input, take),
-        _ => Zstd::decompress(&mut input, take),
-    }));
-    match result {
-        Ok(Ok(b)) => Ok(b.to_vec()),
-        // Kafka's KafkaException says only this (the cause is in its stack trace).
-        Ok(Err(_)) | Err(_) => Err("Failed to decompress record stream".to_string()),
-    }
+    strom_protocol::compression::decompress(codec, data).map_err(|e| e.to_string())
 }
 
 /// Iterates the records of the batch whose bytes are `batch` (exactly `size` bytes from the
