@@ -246,21 +246,34 @@ impl LogSegment {
         config: &LogConfig,
         now: i64,
     ) -> io::Result<Self> {
-        let log = FileSlot::create(cache, dir.join(log_file_name(base_offset)))?;
+        Self::create_with_suffix(cache, dir, base_offset, config, now, "")
+    }
+
+    /// [`Self::create`] with `suffix` after each file's name (the cleaner's `.cleaned`).
+    pub(crate) fn create_with_suffix(
+        cache: &Arc<FileCache>,
+        dir: &Path,
+        base_offset: i64,
+        config: &LogConfig,
+        now: i64,
+        suffix: &str,
+    ) -> io::Result<Self> {
+        let path = |name: String| dir.join(name + suffix);
+        let log = FileSlot::create(cache, path(log_file_name(base_offset)))?;
         let offset_index = OffsetIndex::create(
             cache,
-            &dir.join(offset_index_file_name(base_offset)),
+            &path(offset_index_file_name(base_offset)),
             base_offset,
             config.max_offset_index_entries(),
         )?;
         let time_index = TimeIndex::create(
             cache,
-            &dir.join(time_index_file_name(base_offset)),
+            &path(time_index_file_name(base_offset)),
             base_offset,
             config.max_time_index_entries(),
         )?;
         // Created on the first abort; a stale file of an earlier segment at this base goes.
-        let txn_index = TransactionIndex::empty(dir.join(txn_index_file_name(base_offset)));
+        let txn_index = TransactionIndex::empty(path(txn_index_file_name(base_offset)));
         txn_index.delete_file()?;
         Ok(Self::assemble(
             log,

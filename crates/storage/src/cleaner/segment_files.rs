@@ -8,15 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::{log_file_name, offset_index_file_name, time_index_file_name, LogSegment};
+use super::LogSegment;
 use crate::config::LogConfig;
-use crate::file_cache::{FileCache, FileSlot};
-use crate::index::{OffsetIndex, TimeIndex};
-use crate::txn_index::{txn_index_file_name, TransactionIndex};
-
-fn with_suffix(dir: &Path, name: String, suffix: &str) -> PathBuf {
-    dir.join(name + suffix)
-}
+use crate::file_cache::FileCache;
 
 /// `path` with `old` replaced by `new` at its end (Kafka's `Utils.replaceSuffix`).
 fn replace_suffix(path: &Path, old: &str, new: &str) -> io::Result<PathBuf> {
@@ -36,33 +30,14 @@ impl LogSegment {
         config: &LogConfig,
         now: i64,
     ) -> io::Result<Self> {
-        let suffix = crate::cleaner::CLEANED_FILE_SUFFIX;
-        let log = FileSlot::create(cache, with_suffix(dir, log_file_name(base_offset), suffix))?;
-        let offset_index = OffsetIndex::create(
+        Self::create_with_suffix(
             cache,
-            &with_suffix(dir, offset_index_file_name(base_offset), suffix),
+            dir,
             base_offset,
-            config.max_offset_index_entries(),
-        )?;
-        let time_index = TimeIndex::create(
-            cache,
-            &with_suffix(dir, time_index_file_name(base_offset), suffix),
-            base_offset,
-            config.max_time_index_entries(),
-        )?;
-        let txn_index =
-            TransactionIndex::empty(with_suffix(dir, txn_index_file_name(base_offset), suffix));
-        txn_index.delete_file()?;
-        Ok(Self::assemble(
-            log,
-            base_offset,
-            0,
-            offset_index,
-            time_index,
-            txn_index,
             config,
             now,
-        ))
+            crate::cleaner::CLEANED_FILE_SUFFIX,
+        )
     }
 
     /// Renames the segment's files from suffix `old` to `new` (`""`: the final names); the
