@@ -61,6 +61,7 @@ use std::time::SystemTime;
 
 use strom_protocol::batch::{peek_batch_size, BatchView, HEADER_SIZE};
 
+use offset_map::{hash_keys, KeyHash};
 pub use offset_map::{md5, OffsetMap, BYTES_PER_ENTRY, DEFAULT_LOAD_FACTOR};
 pub use throttler::{ThrottleClock, Throttler, CLEANER_CHECK_INTERVAL_MS};
 
@@ -69,9 +70,7 @@ use crate::file_cache::FileCache;
 use crate::reader::Snapshot;
 use crate::segment::{LogSegment, SegmentData};
 use crate::StorageError;
-use records::{
-    build_empty, build_retained, delete_horizon_ms, parse_records, records_bytes, RecordIter,
-};
+use records::{build_empty, build_retained, delete_horizon_ms, parse_records, records_bytes};
 use txn_meta::CleanedTransactionMetadata;
 
 /// Suffix of a cleaned segment's files before the swap (Kafka's `CLEANED_FILE_SUFFIX`).
@@ -506,6 +505,7 @@ impl CleanTask {
     ) -> Result<MapOutcome, StorageError> {
         let mut pos = seg.data.offset_index().lookup(start).position as u64;
         let max_desired = map.max_desired_size();
+        let mut hashes = Vec::new();
         while pos < seg.size {
             if self.aborted() {
                 return Ok(MapOutcome::Aborted);
@@ -531,15 +531,22 @@ impl CleanTask {
                     stats.map_messages_read += view.records_count().max(0) as u64;
                 } else {
                     let data = records_bytes(&view)?;
-                    for r in RecordIter::new(&view, &data) {
-                        let r = r?;
-                        if let Some(key) = r.key {
-                            if r.offset >= start {
-                                if map.size() < max_desired {
-                                    map.put(key, r.offset);
-                                } else {
-                                    return Ok(MapOutcome::Full);
-                                }
+                    let recs = parse_records(&view, &data)?;
+                    let keys: Vec<&[u8]> = recs
+                        .iter()
+                        .filter(|r| r.offset >= start)
+                        .filter_map(|r| r.key)
+                        .collect();
+                    hashes.clear();
+                    hash_keys(&keys, &mut hashes);
+                    let mut next_hash = hashes.iter();
+                    for r in &recs {
+                        if r.key.is_some() && r.offset >= start {
+                            let hash = *next_hash.next().expect("one hash per key");
+                            if map.size() < max_desired {
+                                map.put_hash(hash, r.offset);
+                            } else {
+                                return Ok(MapOutcome::Full);
                             }
                         }
                         stats.map_messages_read += 1;
@@ -686,6 +693,20 @@ impl Pass<'_> {
         }
         let data = records_bytes(view)?;
         let records = parse_records(view, &data)?;
+        // The keys whose latest offset is asked, hashed together (see `hash_keys`).
+        let latest = self.map.latest_offset();
+        let keys: Vec<&[u8]> = if discard_records || control {
+            Vec::new()
+        } else {
+            records
+                .iter()
+                .filter(|r| r.offset <= latest)
+                .filter_map(|r| r.key)
+                .collect()
+        };
+        let mut hashes = Vec::with_capacity(keys.len());
+        hash_keys(&keys, &mut hashes);
+        let mut next_hash = hashes.iter();
         let mut retained = Vec::with_capacity(records.len());
         let mut write_original = true;
         let mut tombstones = false;
@@ -696,7 +717,7 @@ impl Pass<'_> {
             } else if control {
                 true
             } else {
-                self.should_retain_record(r, horizon)
+                self.should_retain_record(r, horizon, &mut next_hash)
             };
             if keep {
                 tombstones |= r.value.is_none();
@@ -729,13 +750,15 @@ impl Pass<'_> {
         &mut self,
         r: &records::ParsedRecord<'_>,
         horizon: Option<i64>,
+        hashes: &mut std::slice::Iter<'_, KeyHash>,
     ) -> bool {
         if r.offset > self.map.latest_offset() {
             return true;
         }
         match r.key {
-            Some(key) => {
-                let latest = r.offset >= self.map.get(key);
+            Some(_) => {
+                let hash = *hashes.next().expect("one hash per key asked");
+                let latest = r.offset >= self.map.get_hash(hash);
                 let retain_deletes = horizon.is_none_or(|h| self.now_ms < h);
                 latest && (r.value.is_some() || retain_deletes)
             }

@@ -57,13 +57,36 @@ impl std::fmt::Debug for OffsetMap {
     }
 }
 
-/// The MD5 of `key` as two little-endian words.
-fn hash_words(key: &[u8]) -> (u64, u64) {
-    let h = md5(key);
+/// An MD5 as the map keeps it: two little-endian words.
+pub(crate) type KeyHash = (u64, u64);
+
+fn words(h: &[u8; 16]) -> KeyHash {
     (
         u64::from_le_bytes(h[..8].try_into().expect("8 bytes")),
         u64::from_le_bytes(h[8..].try_into().expect("8 bytes")),
     )
+}
+
+/// The MD5 of `key` as two little-endian words.
+fn hash_words(key: &[u8]) -> KeyHash {
+    words(&md5(key))
+}
+
+/// The hashes of `keys`, appended to `out` in order. MD5 is one long dependency chain per
+/// key; four keys of one block each are hashed together, lane by lane, so that the CPU runs
+/// the four chains side by side.
+pub(crate) fn hash_keys(keys: &[&[u8]], out: &mut Vec<KeyHash>) {
+    let mut chunks = keys.chunks_exact(4);
+    for c in &mut chunks {
+        if c.iter().all(|k| k.len() < 56) {
+            for h in md5_x4([c[0], c[1], c[2], c[3]]) {
+                out.push(words(&h));
+            }
+        } else {
+            out.extend(c.iter().map(|k| hash_words(k)));
+        }
+    }
+    out.extend(chunks.remainder().iter().map(|k| hash_words(k)));
 }
 
 impl OffsetMap {
@@ -182,10 +205,11 @@ impl OffsetMap {
     /// map, as Kafka's does; the cleaner stops at [`Self::max_desired_size`] first.
     pub fn put(&mut self, key: &[u8], offset: i64) {
         let (h0, h1) = hash_words(key);
-        self.put_hash(h0, h1, offset);
+        self.put_hash((h0, h1), offset);
     }
 
-    fn put_hash(&mut self, h0: u64, h1: u64, offset: i64) {
+    /// [`Self::put`] of a key hashed by [`hash_keys`].
+    pub(crate) fn put_hash(&mut self, (h0, h1): KeyHash, offset: i64) {
         self.lookups += 1;
         let mut pos = self.find(h0, h1);
         if pos == usize::MAX || self.table[pos].offset < 0 {
@@ -208,7 +232,11 @@ impl OffsetMap {
 
     /// The offset mapped for `key`, or -1.
     pub fn get(&mut self, key: &[u8]) -> i64 {
-        let (h0, h1) = hash_words(key);
+        self.get_hash(hash_words(key))
+    }
+
+    /// [`Self::get`] of a key hashed by [`hash_keys`].
+    pub(crate) fn get_hash(&mut self, (h0, h1): KeyHash) -> i64 {
         self.lookups += 1;
         match self.find(h0, h1) {
             usize::MAX => -1,
@@ -242,6 +270,132 @@ pub fn md5(data: &[u8]) -> [u8; 16] {
     out
 }
 
+/// The MD5s of four keys of at most 55 bytes each (one block), computed lane by lane.
+fn md5_x4(keys: [&[u8]; 4]) -> [[u8; 16]; 4] {
+    // w[i][lane]: word i of each lane's padded block.
+    let mut w = [[0u32; 4]; 16];
+    for (lane, key) in keys.iter().enumerate() {
+        let mut block = [0u8; 64];
+        block[..key.len()].copy_from_slice(key);
+        block[key.len()] = 0x80;
+        block[56..].copy_from_slice(&((key.len() as u64) * 8).to_le_bytes());
+        for (i, word) in w.iter_mut().enumerate() {
+            word[lane] = u32::from_le_bytes(block[i * 4..i * 4 + 4].try_into().expect("4 bytes"));
+        }
+    }
+    let mut a = [0x6745_2301u32; 4];
+    let mut b = [0xefcd_ab89u32; 4];
+    let mut c = [0x98ba_dcfeu32; 4];
+    let mut d = [0x1032_5476u32; 4];
+    macro_rules! step4 {
+        ($f:ident, $a:ident, $b:ident, $c:ident, $d:ident, $g:expr, $k:expr, $s:expr) => {
+            for l in 0..4 {
+                $a[l] = $b[l].wrapping_add(
+                    $a[l]
+                        .wrapping_add($f($b[l], $c[l], $d[l]))
+                        .wrapping_add($k)
+                        .wrapping_add(w[$g][l])
+                        .rotate_left($s),
+                );
+            }
+        };
+    }
+    step4!(f0, a, b, c, d, 0, 0xd76aa478, 7);
+    step4!(f0, d, a, b, c, 1, 0xe8c7b756, 12);
+    step4!(f0, c, d, a, b, 2, 0x242070db, 17);
+    step4!(f0, b, c, d, a, 3, 0xc1bdceee, 22);
+    step4!(f0, a, b, c, d, 4, 0xf57c0faf, 7);
+    step4!(f0, d, a, b, c, 5, 0x4787c62a, 12);
+    step4!(f0, c, d, a, b, 6, 0xa8304613, 17);
+    step4!(f0, b, c, d, a, 7, 0xfd469501, 22);
+    step4!(f0, a, b, c, d, 8, 0x698098d8, 7);
+    step4!(f0, d, a, b, c, 9, 0x8b44f7af, 12);
+    step4!(f0, c, d, a, b, 10, 0xffff5bb1, 17);
+    step4!(f0, b, c, d, a, 11, 0x895cd7be, 22);
+    step4!(f0, a, b, c, d, 12, 0x6b901122, 7);
+    step4!(f0, d, a, b, c, 13, 0xfd987193, 12);
+    step4!(f0, c, d, a, b, 14, 0xa679438e, 17);
+    step4!(f0, b, c, d, a, 15, 0x49b40821, 22);
+    step4!(f1, a, b, c, d, 1, 0xf61e2562, 5);
+    step4!(f1, d, a, b, c, 6, 0xc040b340, 9);
+    step4!(f1, c, d, a, b, 11, 0x265e5a51, 14);
+    step4!(f1, b, c, d, a, 0, 0xe9b6c7aa, 20);
+    step4!(f1, a, b, c, d, 5, 0xd62f105d, 5);
+    step4!(f1, d, a, b, c, 10, 0x02441453, 9);
+    step4!(f1, c, d, a, b, 15, 0xd8a1e681, 14);
+    step4!(f1, b, c, d, a, 4, 0xe7d3fbc8, 20);
+    step4!(f1, a, b, c, d, 9, 0x21e1cde6, 5);
+    step4!(f1, d, a, b, c, 14, 0xc33707d6, 9);
+    step4!(f1, c, d, a, b, 3, 0xf4d50d87, 14);
+    step4!(f1, b, c, d, a, 8, 0x455a14ed, 20);
+    step4!(f1, a, b, c, d, 13, 0xa9e3e905, 5);
+    step4!(f1, d, a, b, c, 2, 0xfcefa3f8, 9);
+    step4!(f1, c, d, a, b, 7, 0x676f02d9, 14);
+    step4!(f1, b, c, d, a, 12, 0x8d2a4c8a, 20);
+    step4!(f2, a, b, c, d, 5, 0xfffa3942, 4);
+    step4!(f2, d, a, b, c, 8, 0x8771f681, 11);
+    step4!(f2, c, d, a, b, 11, 0x6d9d6122, 16);
+    step4!(f2, b, c, d, a, 14, 0xfde5380c, 23);
+    step4!(f2, a, b, c, d, 1, 0xa4beea44, 4);
+    step4!(f2, d, a, b, c, 4, 0x4bdecfa9, 11);
+    step4!(f2, c, d, a, b, 7, 0xf6bb4b60, 16);
+    step4!(f2, b, c, d, a, 10, 0xbebfbc70, 23);
+    step4!(f2, a, b, c, d, 13, 0x289b7ec6, 4);
+    step4!(f2, d, a, b, c, 0, 0xeaa127fa, 11);
+    step4!(f2, c, d, a, b, 3, 0xd4ef3085, 16);
+    step4!(f2, b, c, d, a, 6, 0x04881d05, 23);
+    step4!(f2, a, b, c, d, 9, 0xd9d4d039, 4);
+    step4!(f2, d, a, b, c, 12, 0xe6db99e5, 11);
+    step4!(f2, c, d, a, b, 15, 0x1fa27cf8, 16);
+    step4!(f2, b, c, d, a, 2, 0xc4ac5665, 23);
+    step4!(f3, a, b, c, d, 0, 0xf4292244, 6);
+    step4!(f3, d, a, b, c, 7, 0x432aff97, 10);
+    step4!(f3, c, d, a, b, 14, 0xab9423a7, 15);
+    step4!(f3, b, c, d, a, 5, 0xfc93a039, 21);
+    step4!(f3, a, b, c, d, 12, 0x655b59c3, 6);
+    step4!(f3, d, a, b, c, 3, 0x8f0ccc92, 10);
+    step4!(f3, c, d, a, b, 10, 0xffeff47d, 15);
+    step4!(f3, b, c, d, a, 1, 0x85845dd1, 21);
+    step4!(f3, a, b, c, d, 8, 0x6fa87e4f, 6);
+    step4!(f3, d, a, b, c, 15, 0xfe2ce6e0, 10);
+    step4!(f3, c, d, a, b, 6, 0xa3014314, 15);
+    step4!(f3, b, c, d, a, 13, 0x4e0811a1, 21);
+    step4!(f3, a, b, c, d, 4, 0xf7537e82, 6);
+    step4!(f3, d, a, b, c, 11, 0xbd3af235, 10);
+    step4!(f3, c, d, a, b, 2, 0x2ad7d2bb, 15);
+    step4!(f3, b, c, d, a, 9, 0xeb86d391, 21);
+    let mut out = [[0u8; 16]; 4];
+    for (lane, o) in out.iter_mut().enumerate() {
+        let state = [
+            a[lane].wrapping_add(0x6745_2301),
+            b[lane].wrapping_add(0xefcd_ab89),
+            c[lane].wrapping_add(0x98ba_dcfe),
+            d[lane].wrapping_add(0x1032_5476),
+        ];
+        for (i, s) in state.iter().enumerate() {
+            o[i * 4..i * 4 + 4].copy_from_slice(&s.to_le_bytes());
+        }
+    }
+    out
+}
+
+#[inline(always)]
+fn f0(b: u32, c: u32, d: u32) -> u32 {
+    d ^ (b & (c ^ d))
+}
+#[inline(always)]
+fn f1(b: u32, c: u32, d: u32) -> u32 {
+    c ^ (d & (b ^ c))
+}
+#[inline(always)]
+fn f2(b: u32, c: u32, d: u32) -> u32 {
+    b ^ c ^ d
+}
+#[inline(always)]
+fn f3(b: u32, c: u32, d: u32) -> u32 {
+    c ^ (b | !d)
+}
+
 #[inline(always)]
 fn md5_block(state: &mut [u32; 4], block: &[u8]) {
     let mut m = [0u32; 16];
@@ -258,22 +412,6 @@ fn md5_block(state: &mut [u32; 4], block: &[u8]) {
                     .rotate_left($s),
             );
         };
-    }
-    #[inline(always)]
-    fn f0(b: u32, c: u32, d: u32) -> u32 {
-        d ^ (b & (c ^ d))
-    }
-    #[inline(always)]
-    fn f1(b: u32, c: u32, d: u32) -> u32 {
-        c ^ (d & (b ^ c))
-    }
-    #[inline(always)]
-    fn f2(b: u32, c: u32, d: u32) -> u32 {
-        b ^ c ^ d
-    }
-    #[inline(always)]
-    fn f3(b: u32, c: u32, d: u32) -> u32 {
-        c ^ (b | !d)
     }
     step!(f0, a, b, c, d, m[0], 0xd76aa478, 7);
     step!(f0, d, a, b, c, m[1], 0xe8c7b756, 12);
@@ -367,6 +505,19 @@ mod tests {
         assert_eq!(hex(&md5(&[b'a'; 55])), "ef1772b6dff9a122358552954ad0df65");
         assert_eq!(hex(&md5(&[b'a'; 56])), "3b0c8ac703f828b04c6c197006d17218");
         assert_eq!(hex(&md5(&[b'a'; 64])), "014842d480b571495a4a0363793f7367");
+    }
+
+    #[test]
+    fn four_lane_md5_matches_one_at_a_time() {
+        let keys: Vec<Vec<u8>> = (0..=60usize)
+            .map(|n| (0..n).map(|i| (i * 31 + n) as u8).collect())
+            .collect();
+        let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        let mut got = Vec::new();
+        hash_keys(&refs, &mut got);
+        let want: Vec<KeyHash> = refs.iter().map(|k| hash_words(k)).collect();
+        assert_eq!(got, want);
+        assert_eq!(md5_x4([b"", b"abc", &[b'a'; 55], b"key-1"])[1], md5(b"abc"));
     }
 
     #[test]
