@@ -77,6 +77,11 @@ impl KafkaRef {
     pub fn data_dir(&self) -> PathBuf {
         self._dir.path().join("data")
     }
+
+    /// The broker's log4j output.
+    pub fn server_log(&self) -> PathBuf {
+        self._dir.path().join("server.log")
+    }
 }
 
 impl Drop for KafkaRef {
