@@ -693,14 +693,15 @@ impl Pass<'_> {
         }
         let data = records_bytes(view)?;
         let records = parse_records(view, &data)?;
-        // The keys whose latest offset is asked, hashed together (see `hash_keys`).
+        // The keys whose latest offset is asked and the map cannot tell by offset alone (records
+        // it did not map: below the dirty range), hashed together (see `hash_keys`).
         let latest = self.map.latest_offset();
         let keys: Vec<&[u8]> = if discard_records || control {
             Vec::new()
         } else {
             records
                 .iter()
-                .filter(|r| r.offset <= latest)
+                .filter(|r| r.offset <= latest && self.map.is_latest_put(r.offset).is_none())
                 .filter_map(|r| r.key)
                 .collect()
         };
@@ -757,8 +758,13 @@ impl Pass<'_> {
         }
         match r.key {
             Some(_) => {
-                let hash = *hashes.next().expect("one hash per key asked");
-                let latest = r.offset >= self.map.get_hash(hash);
+                let latest = match self.map.is_latest_put(r.offset) {
+                    Some(latest) => latest,
+                    None => {
+                        let hash = *hashes.next().expect("one hash per key asked");
+                        r.offset >= self.map.get_hash(hash)
+                    }
+                };
                 let retain_deletes = horizon.is_none_or(|h| self.now_ms < h);
                 latest && (r.value.is_some() || retain_deletes)
             }

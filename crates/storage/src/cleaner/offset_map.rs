@@ -45,6 +45,90 @@ pub struct OffsetMap {
     /// The latest offset put or declared mapped (`updateLatestOffset`); -1 when cleared.
     last_offset: i64,
     load_factor: f64,
+    bits: LatestBits,
+}
+
+/// Which offsets put into the map are still their key's latest, one bit per offset from the
+/// first put on, so that the rewrite answers "is this record the latest of its key" for the
+/// offsets it mapped without hashing the key again (the same answer as `offset >= get(key)`:
+/// puts come in offset order, so a record put is the latest of its key unless a later put of
+/// the same hash superseded it). Bounded by `max_bits`; out of order puts switch it off.
+#[derive(Debug, Default)]
+struct LatestBits {
+    /// Set for each offset put.
+    put: Vec<u64>,
+    /// Set for each offset put and later superseded by a put of the same hash.
+    superseded: Vec<u64>,
+    /// The first offset put; -1 before.
+    base: i64,
+    /// The last offset put; -1 before.
+    last_put: i64,
+    max_bits: u64,
+    off: bool,
+}
+
+impl LatestBits {
+    fn new(max_bits: u64) -> Self {
+        Self {
+            base: -1,
+            last_put: -1,
+            max_bits,
+            ..Self::default()
+        }
+    }
+
+    fn clear(&mut self) {
+        self.put.clear();
+        self.superseded.clear();
+        self.base = -1;
+        self.last_put = -1;
+        self.off = false;
+    }
+
+    /// The bit index of `offset`, if covered.
+    fn index(&self, offset: i64) -> Option<usize> {
+        let i = offset.checked_sub(self.base)?;
+        (self.base >= 0 && i >= 0 && (i as u64) < self.max_bits).then_some(i as usize)
+    }
+
+    fn on_put(&mut self, offset: i64, previous: Option<i64>) {
+        if self.off {
+            return;
+        }
+        if offset <= self.last_put {
+            self.off = true;
+            return;
+        }
+        self.last_put = offset;
+        if self.base < 0 {
+            self.base = offset;
+        }
+        if let Some(i) = previous.and_then(|p| self.index(p)) {
+            if let Some(w) = self.superseded.get_mut(i / 64) {
+                *w |= 1 << (i % 64);
+            }
+        }
+        if let Some(i) = self.index(offset) {
+            let words = i / 64 + 1;
+            if self.put.len() < words {
+                self.put.resize(words, 0);
+                self.superseded.resize(words, 0);
+            }
+            self.put[i / 64] |= 1 << (i % 64);
+        }
+    }
+
+    /// Whether the record put at `offset` is still its key's latest; `None` if `offset` was
+    /// not put (or is not covered).
+    fn is_latest(&self, offset: i64) -> Option<bool> {
+        if self.off {
+            return None;
+        }
+        let i = self.index(offset)?;
+        let bit = 1u64 << (i % 64);
+        let was_put = self.put.get(i / 64).is_some_and(|w| w & bit != 0);
+        was_put.then(|| self.superseded[i / 64] & bit == 0)
+    }
 }
 
 impl std::fmt::Debug for OffsetMap {
@@ -107,6 +191,9 @@ impl OffsetMap {
             probes: 0,
             last_offset: -1,
             load_factor,
+            // One bit per offset for as many offsets as the map has bytes: a sixteenth more
+            // memory at most (two bitmaps).
+            bits: LatestBits::new(memory_bytes as u64),
         }
     }
 
@@ -158,6 +245,7 @@ impl OffsetMap {
         self.probes = 0;
         self.last_offset = -1;
         self.table.fill(FREE);
+        self.bits.clear();
     }
 
     /// The first slot to probe for `h0`: multiply-shift, for any table size.
@@ -212,7 +300,10 @@ impl OffsetMap {
     pub(crate) fn put_hash(&mut self, (h0, h1): KeyHash, offset: i64) {
         self.lookups += 1;
         let mut pos = self.find(h0, h1);
-        if pos == usize::MAX || self.table[pos].offset < 0 {
+        let previous =
+            (pos != usize::MAX && self.table[pos].offset >= 0).then(|| self.table[pos].offset);
+        self.bits.on_put(offset, previous);
+        if previous.is_none() {
             // A new key.
             assert!(
                 self.entries < self.slots,
@@ -228,6 +319,12 @@ impl OffsetMap {
         }
         self.table[pos] = Slot { h0, h1, offset };
         self.last_offset = offset;
+    }
+
+    /// Whether the record put at `offset` is still the latest of its key (`offset >=
+    /// get(key)`), without the key; `None` when the map cannot tell (not put, or not covered).
+    pub(crate) fn is_latest_put(&self, offset: i64) -> Option<bool> {
+        self.bits.is_latest(offset)
     }
 
     /// The offset mapped for `key`, or -1.
@@ -584,6 +681,40 @@ mod tests {
             }
             assert_eq!(map.get(b"absent"), -1);
         }
+    }
+
+    #[test]
+    fn latest_put_bits_answer_as_get() {
+        let mut map = OffsetMap::new(1 << 16);
+        let keys = ["a", "b", "a", "c", "b", "a"];
+        for (i, k) in keys.iter().enumerate() {
+            map.put(k.as_bytes(), 10 + i as i64 * 2);
+        }
+        for (i, k) in keys.iter().enumerate() {
+            let o = 10 + i as i64 * 2;
+            assert_eq!(
+                map.is_latest_put(o),
+                Some(o >= map.get(k.as_bytes())),
+                "{o}"
+            );
+            // Offsets not put: unknown.
+            assert_eq!(map.is_latest_put(o + 1), None);
+        }
+        assert_eq!(map.is_latest_put(9), None);
+        // Out of order puts: the bits no longer answer.
+        map.put(b"z", 5);
+        assert_eq!(map.is_latest_put(10), None);
+        map.clear();
+        map.put(b"a", 3);
+        assert_eq!(map.is_latest_put(3), Some(true));
+        // Beyond the covered offsets: unknown, and a supersede of a covered one still counts.
+        let mut small = OffsetMap::new(64 * BYTES_PER_ENTRY);
+        small.put(b"x", 0);
+        small.put(b"y", 10_000);
+        small.put(b"x", 20_000);
+        assert_eq!(small.is_latest_put(0), Some(false));
+        assert_eq!(small.is_latest_put(10_000), None);
+        assert_eq!(small.get(b"y"), 10_000);
     }
 
     #[test]
