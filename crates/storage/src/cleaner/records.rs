@@ -595,9 +595,10 @@ mod equivalence_tests {
                     sequence: i as i32,
                     // Deltas of every size, some negative.
                     timestamp: 1_700_000_000_000 + (r % 5_000_000) as i64 - 1_000_000,
-                    key: (r % 7 != 0).then(|| Bytes::from(format!("key-{}", r % 100))),
-                    value: (r % 5 != 0).then(|| Bytes::from(vec![b'v'; (r % 300) as usize])),
-                    headers: if r % 3 == 0 {
+                    key: (!r.is_multiple_of(7)).then(|| Bytes::from(format!("key-{}", r % 100))),
+                    value: (!r.is_multiple_of(5))
+                        .then(|| Bytes::from(vec![b'v'; (r % 300) as usize])),
+                    headers: if r.is_multiple_of(3) {
                         [("h".into(), Some(Bytes::from_static(b"x")))]
                             .into_iter()
                             .collect()
