@@ -191,9 +191,9 @@ impl OffsetMap {
             probes: 0,
             last_offset: -1,
             load_factor,
-            // One bit per offset for as many offsets as the map has bytes: a sixteenth more
-            // memory at most (two bitmaps).
-            bits: LatestBits::new(memory_bytes as u64),
+            // Two bitmaps of `memory / 4` bits each: a sixteenth more memory at most (33.5 M
+            // offsets for 128 MiB); offsets beyond are answered by hashing the key again.
+            bits: LatestBits::new(memory_bytes as u64 / 4),
         }
     }
 
