@@ -186,6 +186,24 @@ impl SegmentData {
         Ok(self.log.read_exact_vec(pos, len)?)
     }
 
+    /// Fills `buf` from `pos`, which with `buf` must lie below `size`: the cleaner's reads into
+    /// one reused buffer.
+    pub(crate) fn read_into(
+        &self,
+        pos: u64,
+        buf: &mut [u8],
+        size: u64,
+    ) -> Result<(), StorageError> {
+        if pos + buf.len() as u64 > size {
+            return Err(corrupt(
+                &self.log.path(),
+                pos,
+                "read past the end of the segment",
+            ));
+        }
+        Ok(self.log.read_exact_at(buf, pos)?)
+    }
+
     /// Whether the batch at `pos` ends inside `size` and has `last_offset` as its last offset:
     /// the cheap check of an inactive segment's offset index at open. The log is read through a
     /// descriptor closed at once, so opening many logs does not fill the cache.

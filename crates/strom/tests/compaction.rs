@@ -299,7 +299,8 @@ fn a_crash_at_each_step_of_the_swap_loses_and_duplicates_nothing() {
         broker.stop();
         broker.set_settings(FAST_CLEANER);
         broker.set_env("STROM_CLEANER_CRASH_AT", Some(step));
-        broker.restart();
+        // The failpoint may fire before the first connection attempt could see it listening.
+        broker.restart_without_waiting();
         let status = broker.wait_exit(Duration::from_secs(60));
         assert!(status.is_some(), "{step}: the failpoint never fired");
         let files: Vec<String> = std::fs::read_dir(broker.partition_dir(&topic, 0))

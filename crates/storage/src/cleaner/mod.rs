@@ -61,6 +61,7 @@ use std::time::SystemTime;
 
 use strom_protocol::batch::{peek_batch_size, BatchView, HEADER_SIZE};
 
+use offset_map::{hash_keys, KeyHash};
 pub use offset_map::{md5, OffsetMap, BYTES_PER_ENTRY, DEFAULT_LOAD_FACTOR};
 pub use throttler::{ThrottleClock, Throttler, CLEANER_CHECK_INTERVAL_MS};
 
@@ -91,7 +92,7 @@ pub const CRASH_STEPS: [&str; 4] = [
 pub const CRASH_ENV: &str = "STROM_CLEANER_CRASH_AT";
 
 /// Reads read at most this much at once (or one batch, if larger).
-const READ_CHUNK: usize = 1 << 20;
+const READ_CHUNK: usize = 2 << 20;
 
 /// Stops at `step` if a test asked for it (`injected`: an error, the "crash" of a unit test) or
 /// the environment names it (the process aborts, as a SIGKILL would stop it).
@@ -269,6 +270,9 @@ struct Pass<'a> {
     last_records: &'a HashMap<i64, LastRecord>,
     txn: CleanedTransactionMetadata,
     stats: &'a mut CleanerStats,
+    /// The read buffer and the output of one chunk, reused.
+    buf: Vec<u8>,
+    out: Vec<u8>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -294,11 +298,20 @@ fn control_type(view: &BatchView<'_>) -> Result<Option<i16>, StorageError> {
     ))
 }
 
-/// Whole batches from `pos` on: about [`READ_CHUNK`] bytes, at least one batch.
-fn read_chunk(seg: &SegmentToClean, pos: u64) -> Result<Vec<u8>, StorageError> {
+/// Whole batches from `pos` on: about [`READ_CHUNK`] bytes, at least one batch, read into
+/// `buf` (reused from chunk to chunk, grown only for a larger batch).
+fn read_chunk<'b>(
+    seg: &SegmentToClean,
+    pos: u64,
+    buf: &'b mut Vec<u8>,
+) -> Result<&'b [u8], StorageError> {
     let h = seg.data.read_header(pos, seg.size)?;
     let len = (h.size as u64).max((READ_CHUNK as u64).min(seg.size - pos)) as usize;
-    let mut buf = seg.data.read_at(pos, len, seg.size)?;
+    if buf.len() < len {
+        buf.resize(len, 0);
+    }
+    seg.data.read_into(pos, &mut buf[..len], seg.size)?;
+    let buf = &buf[..len];
     let mut taken = 0;
     while buf.len() - taken >= HEADER_SIZE {
         let size = peek_batch_size(&buf[taken..])
@@ -308,8 +321,7 @@ fn read_chunk(seg: &SegmentToClean, pos: u64) -> Result<Vec<u8>, StorageError> {
         }
         taken += size;
     }
-    buf.truncate(taken);
-    Ok(buf)
+    Ok(&buf[..taken])
 }
 
 fn batches(chunk: &[u8]) -> impl Iterator<Item = Result<BatchView<'_>, StorageError>> {
@@ -356,8 +368,13 @@ impl CleanTask {
 
     /// [`read_chunk`], or `None` when the read failed because the segment left the log
     /// meanwhile (retention, truncation, deletion): the run stops, as Kafka's `checkDone`.
-    fn read(&self, seg: &SegmentToClean, pos: u64) -> Result<Option<Vec<u8>>, StorageError> {
-        match read_chunk(seg, pos) {
+    fn read<'b>(
+        &self,
+        seg: &SegmentToClean,
+        pos: u64,
+        buf: &'b mut Vec<u8>,
+    ) -> Result<Option<&'b [u8]>, StorageError> {
+        match read_chunk(seg, pos, buf) {
             Ok(c) => Ok(Some(c)),
             Err(_) if seg.data.is_removed() => Ok(None),
             Err(e) => Err(e),
@@ -422,6 +439,8 @@ impl CleanTask {
             last_records: &self.last_records,
             txn: CleanedTransactionMetadata::default(),
             stats: &mut stats,
+            buf: Vec::new(),
+            out: Vec::new(),
         };
         for range in groups {
             let group = &self.segments[range];
@@ -459,9 +478,11 @@ impl CleanTask {
             .collect();
         let mut txn = CleanedTransactionMetadata::default();
         txn.add_aborted_transactions(self.aborted_txns(start, end));
+        let mut buf = Vec::new();
         for (i, seg) in dirty.iter().enumerate() {
             let next_start = dirty.get(i + 1).map_or(end, |n| n.base);
-            match self.map_segment(seg, map, start, next_start, &mut txn, throttler, stats)? {
+            let range = (start, next_start);
+            match self.map_segment(seg, map, range, &mut txn, throttler, stats, &mut buf)? {
                 MapOutcome::Done => {}
                 MapOutcome::Full => break,
                 MapOutcome::Aborted => return Ok(false),
@@ -476,23 +497,24 @@ impl CleanTask {
         &self,
         seg: &SegmentToClean,
         map: &mut OffsetMap,
-        start: i64,
-        next_start: i64,
+        (start, next_start): (i64, i64),
         txn: &mut CleanedTransactionMetadata,
         throttler: &Throttler,
         stats: &mut CleanerStats,
+        buf: &mut Vec<u8>,
     ) -> Result<MapOutcome, StorageError> {
         let mut pos = seg.data.offset_index().lookup(start).position as u64;
         let max_desired = map.max_desired_size();
+        let mut hashes = Vec::new();
         while pos < seg.size {
             if self.aborted() {
                 return Ok(MapOutcome::Aborted);
             }
-            let Some(chunk) = self.read(seg, pos)? else {
+            let Some(chunk) = self.read(seg, pos, buf)? else {
                 return Ok(MapOutcome::Aborted);
             };
             throttler.maybe_throttle(chunk.len() as f64);
-            for view in batches(&chunk) {
+            for view in batches(chunk) {
                 let view = view?;
                 if view.is_control() {
                     txn.on_control_batch_read(
@@ -509,14 +531,22 @@ impl CleanTask {
                     stats.map_messages_read += view.records_count().max(0) as u64;
                 } else {
                     let data = records_bytes(&view)?;
-                    for r in parse_records(&view, &data)? {
-                        if let Some(key) = r.key {
-                            if r.offset >= start {
-                                if map.size() < max_desired {
-                                    map.put(key, r.offset);
-                                } else {
-                                    return Ok(MapOutcome::Full);
-                                }
+                    let recs = parse_records(&view, &data)?;
+                    let keys: Vec<&[u8]> = recs
+                        .iter()
+                        .filter(|r| r.offset >= start)
+                        .filter_map(|r| r.key)
+                        .collect();
+                    hashes.clear();
+                    hash_keys(&keys, &mut hashes);
+                    let mut next_hash = hashes.iter();
+                    for r in &recs {
+                        if r.key.is_some() && r.offset >= start {
+                            let hash = *next_hash.next().expect("one hash per key");
+                            if map.size() < max_desired {
+                                map.put_hash(hash, r.offset);
+                            } else {
+                                return Ok(MapOutcome::Full);
                             }
                         }
                         stats.map_messages_read += 1;
@@ -585,23 +615,28 @@ impl CleanTask {
             if self.aborted() {
                 return Ok(false);
             }
-            let Some(chunk) = self.read(seg, pos)? else {
+            let mut buf = std::mem::take(&mut pass.buf);
+            let Some(chunk) = self.read(seg, pos, &mut buf)? else {
                 return Ok(false);
             };
             pass.throttler.maybe_throttle(chunk.len() as f64);
-            let mut out = Vec::new();
-            for view in batches(&chunk) {
+            let mut out = std::mem::take(&mut pass.out);
+            out.clear();
+            for view in batches(chunk) {
                 pass.filter_batch(&view?, &mut out)?;
             }
+            let chunk_len = chunk.len();
+            pass.buf = buf;
             for txn in pass.txn.take_retained_aborts() {
                 dest.txn_index().append(txn)?;
             }
-            pos += chunk.len() as u64;
+            pos += chunk_len as u64;
             if !out.is_empty() {
                 dest.append(&out)?;
                 pass.stats.bytes_written += out.len() as u64;
                 pass.throttler.maybe_throttle(out.len() as f64);
             }
+            pass.out = out;
         }
         Ok(true)
     }
@@ -658,6 +693,21 @@ impl Pass<'_> {
         }
         let data = records_bytes(view)?;
         let records = parse_records(view, &data)?;
+        // The keys whose latest offset is asked and the map cannot tell by offset alone (records
+        // it did not map: below the dirty range), hashed together (see `hash_keys`).
+        let latest = self.map.latest_offset();
+        let keys: Vec<&[u8]> = if discard_records || control {
+            Vec::new()
+        } else {
+            records
+                .iter()
+                .filter(|r| r.offset <= latest && self.map.is_latest_put(r.offset).is_none())
+                .filter_map(|r| r.key)
+                .collect()
+        };
+        let mut hashes = Vec::with_capacity(keys.len());
+        hash_keys(&keys, &mut hashes);
+        let mut next_hash = hashes.iter();
         let mut retained = Vec::with_capacity(records.len());
         let mut write_original = true;
         let mut tombstones = false;
@@ -668,7 +718,7 @@ impl Pass<'_> {
             } else if control {
                 true
             } else {
-                self.should_retain_record(r, horizon)
+                self.should_retain_record(r, horizon, &mut next_hash)
             };
             if keep {
                 tombstones |= r.value.is_none();
@@ -687,7 +737,7 @@ impl Pass<'_> {
                 } else {
                     horizon
                 };
-                out.extend_from_slice(&build_retained(view, &retained, horizon)?);
+                build_retained(view, &retained, horizon, out)?;
             }
             self.stats.messages_written += retained.len() as u64;
         } else if retention == BatchRetention::RetainEmpty {
@@ -701,13 +751,20 @@ impl Pass<'_> {
         &mut self,
         r: &records::ParsedRecord<'_>,
         horizon: Option<i64>,
+        hashes: &mut std::slice::Iter<'_, KeyHash>,
     ) -> bool {
         if r.offset > self.map.latest_offset() {
             return true;
         }
         match r.key {
-            Some(key) => {
-                let latest = r.offset >= self.map.get(key);
+            Some(_) => {
+                let latest = match self.map.is_latest_put(r.offset) {
+                    Some(latest) => latest,
+                    None => {
+                        let hash = *hashes.next().expect("one hash per key asked");
+                        r.offset >= self.map.get_hash(hash)
+                    }
+                };
                 let retain_deletes = horizon.is_none_or(|h| self.now_ms < h);
                 latest && (r.value.is_some() || retain_deletes)
             }

@@ -224,7 +224,20 @@ impl Broker {
         );
     }
 
+    /// Starts the broker again without waiting for it to accept connections: for a start
+    /// that is meant to end by itself (a failpoint that aborts the process), possibly before
+    /// the first connection attempt.
+    pub fn restart_without_waiting(&mut self) {
+        assert!(self.child.is_none(), "restart of a running broker");
+        self.spawn();
+    }
+
     fn spawn_and_wait(&mut self) {
+        self.spawn();
+        self.wait_listening();
+    }
+
+    fn spawn(&mut self) {
         let log = File::create(self.log_path(self.starts)).expect("create broker log file");
         let log2 = log.try_clone().expect("clone log file");
         let mut cmd = if reference_kafka() {
@@ -249,7 +262,9 @@ impl Broker {
         let child = cmd.spawn().expect("spawn strom server");
         self.child = Some(child);
         self.starts += 1;
+    }
 
+    fn wait_listening(&mut self) {
         let timeout = if reference_kafka() {
             Duration::from_secs(120)
         } else {
