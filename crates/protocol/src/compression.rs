@@ -3,7 +3,6 @@
 //! A codec fed hostile bytes may panic inside its library; the panic is caught and answered as
 //! a failed decompression, so bad input never takes a broker thread down.
 
-use bytes::Bytes;
 use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
 use thiserror::Error;
 
@@ -26,16 +25,15 @@ pub fn decompress(codec: i16, data: &[u8]) -> Result<Vec<u8>, DecompressError> {
     if !(1..=4).contains(&codec) {
         return Err(DecompressError::UnknownCodec(codec));
     }
-    let mut input = Bytes::copy_from_slice(data);
-    let take = |b: &mut Bytes| Ok(std::mem::take(b));
+    let mut input = data;
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match codec {
-        1 => Gzip::decompress(&mut input, take),
-        2 => Snappy::decompress(&mut input, take),
-        3 => Lz4::decompress(&mut input, take),
-        _ => Zstd::decompress(&mut input, take),
+        1 => Gzip::decompress(&mut input, |b| Ok(b.to_vec())),
+        2 => Snappy::decompress(&mut input, |b| Ok(b.to_vec())),
+        3 => Lz4::decompress(&mut input, |b| Ok(b.to_vec())),
+        _ => Zstd::decompress(&mut input, |b| Ok(b.to_vec())),
     }));
     match result {
-        Ok(Ok(b)) => Ok(b.to_vec()),
+        Ok(Ok(b)) => Ok(b),
         Ok(Err(_)) | Err(_) => Err(DecompressError::Failed),
     }
 }

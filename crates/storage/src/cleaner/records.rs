@@ -12,7 +12,7 @@ use std::borrow::Cow;
 
 use bytes::BytesMut;
 use strom_protocol::batch::{self, BatchView, HEADER_SIZE};
-use strom_protocol::kafka::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
+use strom_protocol::kafka::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
 
 use crate::StorageError;
 
@@ -51,21 +51,17 @@ pub(crate) fn delete_horizon_ms(view: &BatchView<'_>) -> Option<i64> {
 /// The records section of `view`, decompressed.
 pub(crate) fn records_bytes<'a>(view: &BatchView<'a>) -> Result<Cow<'a, [u8]>, StorageError> {
     let raw = view.records_bytes();
-    let mut input = raw;
-    let out = match view.attributes() & COMPRESSION_MASK {
-        0 => return Ok(Cow::Borrowed(raw)),
-        1 => Gzip::decompress(&mut input, |b| Ok(b.to_vec())),
-        2 => Snappy::decompress(&mut input, |b| Ok(b.to_vec())),
-        3 => Lz4::decompress(&mut input, |b| Ok(b.to_vec())),
-        4 => Zstd::decompress(&mut input, |b| Ok(b.to_vec())),
-        n => return Err(corrupt(format!("unknown compression codec {n}"))),
-    };
-    out.map(Cow::Owned).map_err(|e| {
-        corrupt(format!(
-            "decompressing batch at {}: {e}",
-            view.base_offset()
-        ))
-    })
+    match view.attributes() & COMPRESSION_MASK {
+        0 => Ok(Cow::Borrowed(raw)),
+        codec => strom_protocol::compression::decompress(codec, raw)
+            .map(Cow::Owned)
+            .map_err(|e| {
+                corrupt(format!(
+                    "decompressing batch at {}: {e}",
+                    view.base_offset()
+                ))
+            }),
+    }
 }
 
 /// `raw` compressed with the codec numbered `codec` (attributes bits 0-2).
