@@ -191,7 +191,7 @@ impl LogCleanerManager {
         self.state.lock().checkpoints.get(dir)?.get(key).copied()
     }
 
-    /// Kafka's `abortCleaning`: stops a running clean of the partition (at its next swap) and
+    /// Kafka's `abortCleaning`: stops a running clean of the partition (at its next chunk) and
     /// waits for it, then forgets the partition's checkpoint entry. For a partition about to be
     /// deleted: its files must not be written while its directory goes.
     pub fn abort_cleaning(&self, key: &TopicPartition, dir: Option<&PathBuf>) {
@@ -228,11 +228,13 @@ impl LogCleanerManager {
 
     /// Kafka's `grabFilthiestCompactedLog`: picks the log to clean and marks it in progress.
     fn grab_filthiest(&self, rm: &ReplicaManager, now_ms: i64) -> Option<Grabbed> {
+        // The partitions' own locks are taken before, not under, this manager's.
+        let compacted: Vec<Arc<Partition>> =
+            rm.all().into_iter().filter(|p| p.is_compacted()).collect();
         let candidates: Vec<(Arc<Partition>, TopicPartition, PathBuf)> = {
             let st = self.state.lock();
-            rm.all()
+            compacted
                 .into_iter()
-                .filter(|p| p.is_compacted())
                 .filter_map(|p| {
                     let key = (p.topic.clone(), p.index);
                     if st.in_progress.contains_key(&key) || st.uncleanable.contains(&key) {
