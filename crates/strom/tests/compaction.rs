@@ -9,6 +9,7 @@
 //! segment swap loses or duplicates nothing (`STROM_CLEANER_CRASH_AT`).
 
 mod common;
+mod compaction_util;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -114,11 +115,7 @@ fn read_all_via(bootstrap: &str, topic: &str) -> Vec<(i64, String, Option<String
 
 /// The partition's first dirty offset in the broker's `cleaner-offset-checkpoint`.
 fn checkpointed(data_dir: &Path, topic: &str) -> Option<i64> {
-    let text = std::fs::read_to_string(data_dir.join("cleaner-offset-checkpoint")).ok()?;
-    text.lines().skip(2).find_map(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        (f.len() == 3 && f[0] == topic && f[1] == "0").then(|| f[2].parse().ok())?
-    })
+    compaction_util::cleaner_checkpoint(data_dir, topic, 0)
 }
 
 /// Kafka's compaction guarantee, checked against what was written: offsets strictly

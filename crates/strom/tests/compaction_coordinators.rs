@@ -6,6 +6,7 @@
 //! with its epoch bumped once by the next InitProducerId.
 
 mod common;
+mod compaction_util;
 
 use std::process::Command;
 use std::time::Duration;
@@ -27,11 +28,7 @@ const SETTINGS: &[&str] = &[
 ];
 
 fn checkpointed(broker: &Broker, topic: &str) -> Option<i64> {
-    let text = std::fs::read_to_string(broker.data_dir().join("cleaner-offset-checkpoint")).ok()?;
-    text.lines().skip(2).find_map(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        (f.len() == 3 && f[0] == topic && f[1] == "0").then(|| f[2].parse().ok())?
-    })
+    compaction_util::cleaner_checkpoint(&broker.data_dir(), topic, 0)
 }
 
 fn segments(broker: &Broker, topic: &str) -> usize {
