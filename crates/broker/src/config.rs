@@ -7,6 +7,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 
 use strom_controller::topic_config::{self, TopicConfigDef};
+use strom_storage::config::TargetCompression;
 use strom_storage::{LogConfig, TimestampType};
 use thiserror::Error;
 
@@ -526,6 +527,8 @@ impl BrokerConfig {
             transaction_verification_enabled: self.transaction_partition_verification_enable,
             ..LogConfig::default()
         };
+        let (mut compression_type, mut gzip_level, mut lz4_level, mut zstd_level) =
+            (String::from("producer"), -1, 9, 3);
         for (def, v, _) in self.effective_topic_configs(overrides) {
             let int = || v.trim().parse::<i64>().unwrap_or(0);
             match def.name {
@@ -549,6 +552,15 @@ impl BrokerConfig {
                 "min.compaction.lag.ms" => c.min_compaction_lag_ms = int(),
                 "max.compaction.lag.ms" => c.max_compaction_lag_ms = int(),
                 "delete.retention.ms" => c.delete_retention_ms = int(),
+                "message.timestamp.before.max.ms" => c.message_timestamp_before_max_ms = int(),
+                "message.timestamp.after.max.ms" => c.message_timestamp_after_max_ms = int(),
+                "max.decompressed.message.bytes" => {
+                    c.max_decompressed_message_bytes = int().clamp(1, i64::from(i32::MAX)) as i32
+                }
+                "compression.type" => compression_type = v.trim().to_string(),
+                "compression.gzip.level" => gzip_level = int() as i32,
+                "compression.lz4.level" => lz4_level = int() as i32,
+                "compression.zstd.level" => zstd_level = int() as i32,
                 "message.timestamp.type" => {
                     c.message_timestamp_type = if v == "LogAppendTime" {
                         TimestampType::LogAppendTime
@@ -559,6 +571,24 @@ impl BrokerConfig {
                 _ => {}
             }
         }
+        // Kafka's `LogConfig.getCompression`: the codec with its level, or the producer's.
+        c.compression = match compression_type.as_str() {
+            "uncompressed" => TargetCompression::Codec { id: 0, level: None },
+            "gzip" => TargetCompression::Codec {
+                id: 1,
+                level: Some(gzip_level),
+            },
+            "snappy" => TargetCompression::Codec { id: 2, level: None },
+            "lz4" => TargetCompression::Codec {
+                id: 3,
+                level: Some(lz4_level),
+            },
+            "zstd" => TargetCompression::Codec {
+                id: 4,
+                level: Some(zstd_level),
+            },
+            _ => TargetCompression::Producer,
+        };
         // Kafka applies retention by time and size only to topics whose cleanup policy has
         // `delete`; a compacted-only topic loses records to the cleaner alone.
         if !c.delete {

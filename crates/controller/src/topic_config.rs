@@ -1,5 +1,5 @@
 //! Topic-level configs: names, broker-level synonyms, defaults, types and validation, as in
-//! Kafka's `TopicConfig` / `LogConfig`. Only configs Strom honours are listed, so an unknown or
+//! Kafka's `TopicConfig` / `LogConfig` (4.4). Only configs Strom honours are listed, so an unknown or
 //! unsupported one is refused instead of silently ignored.
 
 /// Kafka's `ConfigResource.Type`/`ConfigEntry.ConfigType` wire numbering for DescribeConfigs v3+.
@@ -20,6 +20,11 @@ pub enum Validator {
     OneOf(&'static [&'static str]),
     /// A floating point number within the bounds, both included (Kafka's `Range.between`).
     Between(f64, f64),
+    /// An integer within the bounds, both included (Kafka's `Range.between` on an INT).
+    IntBetween(i64, i64),
+    /// `compression.gzip.level`: 1 to 9, or -1 for the deflater's default (Kafka's
+    /// `CompressionType.GZIP.levelValidator`).
+    GzipLevel,
     Boolean,
 }
 
@@ -46,14 +51,37 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         doc: "The retention policy to use on log segments: delete, compact, or both.",
     },
     TopicConfigDef {
+        name: "compression.gzip.level",
+        broker_key: "compression.gzip.level",
+        default: "-1",
+        ty: ConfigType::Int,
+        validator: Validator::GzipLevel,
+        doc: "The compression level to use if compression.type is set to gzip.",
+    },
+    TopicConfigDef {
+        name: "compression.lz4.level",
+        broker_key: "compression.lz4.level",
+        default: "9",
+        ty: ConfigType::Int,
+        validator: Validator::IntBetween(1, 17),
+        doc: "The compression level to use if compression.type is set to lz4.",
+    },
+    TopicConfigDef {
         name: "compression.type",
         broker_key: "compression.type",
         default: "producer",
         ty: ConfigType::String,
-        // Batches are stored as the producer compressed them; broker-side recompression is not
-        // implemented, so only the value that describes that behaviour is accepted.
-        validator: Validator::OneOf(&["producer"]),
-        doc: "The final compression type for a topic (only producer is supported).",
+        // Kafka's `BrokerCompressionType` names, in its order (its validator is case-sensitive).
+        validator: Validator::OneOf(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]),
+        doc: "The final compression type for a topic: a codec, uncompressed, or producer (the producer's codec is kept). Batches with another codec are recompressed by the leader.",
+    },
+    TopicConfigDef {
+        name: "compression.zstd.level",
+        broker_key: "compression.zstd.level",
+        default: "3",
+        ty: ConfigType::Int,
+        validator: Validator::IntBetween(-131_072, 22),
+        doc: "The compression level to use if compression.type is set to zstd.",
     },
     TopicConfigDef {
         name: "delete.retention.ms",
@@ -102,6 +130,30 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         ty: ConfigType::Int,
         validator: Validator::AtLeast(0),
         doc: "The largest record batch size allowed.",
+    },
+    TopicConfigDef {
+        name: "max.decompressed.message.bytes",
+        broker_key: "max.decompressed.message.bytes",
+        default: "2147483639",
+        ty: ConfigType::Int,
+        validator: Validator::IntBetween(1, 2_147_483_639),
+        doc: "The largest decompressed record a compressed batch may hold; larger records are refused with INVALID_RECORD.",
+    },
+    TopicConfigDef {
+        name: "message.timestamp.after.max.ms",
+        broker_key: "log.message.timestamp.after.max.ms",
+        default: "3600000",
+        ty: ConfigType::Long,
+        validator: Validator::AtLeast(0),
+        doc: "How far after the broker's clock a CreateTime record's timestamp may be; later records are refused with INVALID_TIMESTAMP.",
+    },
+    TopicConfigDef {
+        name: "message.timestamp.before.max.ms",
+        broker_key: "log.message.timestamp.before.max.ms",
+        default: LONG_MAX,
+        ty: ConfigType::Long,
+        validator: Validator::AtLeast(0),
+        doc: "How far before the broker's clock a CreateTime record's timestamp may be; earlier records are refused with INVALID_TIMESTAMP.",
     },
     TopicConfigDef {
         name: "message.timestamp.type",
@@ -255,6 +307,37 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
                 ));
             }
         }
+        Validator::IntBetween(lo, hi) => {
+            let not_a_number = || invalid(value, "Not a number of type INT");
+            let v: i64 = value.trim().parse().map_err(|_| not_a_number())?;
+            if i32::try_from(v).is_err() {
+                return Err(not_a_number());
+            }
+            if v < lo {
+                return Err(invalid(
+                    &v.to_string(),
+                    &format!("Value must be at least {lo}"),
+                ));
+            }
+            if v > hi {
+                return Err(invalid(
+                    &v.to_string(),
+                    &format!("Value must be no more than {hi}"),
+                ));
+            }
+        }
+        Validator::GzipLevel => {
+            let v: i32 = value
+                .trim()
+                .parse()
+                .map_err(|_| invalid(value, "Not a number of type INT"))?;
+            if !(v == -1 || (1..=9).contains(&v)) {
+                return Err(invalid(
+                    &v.to_string(),
+                    "Value must be between 1 and 9 or equal to -1",
+                ));
+            }
+        }
         Validator::Boolean => {
             if !value.trim().eq_ignore_ascii_case("true")
                 && !value.trim().eq_ignore_ascii_case("false")
@@ -334,17 +417,8 @@ pub fn java_double(v: f64) -> String {
     }
 }
 
-/// [`validate`] for a config of `topic`. `__transaction_state` also takes
-/// `compression.type=uncompressed`, which Kafka creates it with: only its coordinator writes
-/// there, always uncompressed, so the value is true without any recompression (which Strom
-/// does not do, hence `producer` alone for every other topic).
-pub fn validate_for_topic(topic: &str, name: &str, value: &str) -> Result<(), String> {
-    if topic == "__transaction_state"
-        && name == "compression.type"
-        && value.trim() == "uncompressed"
-    {
-        return Ok(());
-    }
+/// [`validate`] for a config of `topic` (every topic takes the same values, as in Kafka).
+pub fn validate_for_topic(_topic: &str, name: &str, value: &str) -> Result<(), String> {
     validate(name, value)
 }
 
@@ -363,10 +437,7 @@ mod tests {
         assert!(
             validate_for_topic("__transaction_state", "compression.type", "uncompressed").is_ok()
         );
-        assert!(
-            validate_for_topic("__consumer_offsets", "compression.type", "uncompressed").is_err()
-        );
-        assert!(validate_for_topic("orders", "compression.type", "uncompressed").is_err());
+        assert!(validate_for_topic("orders", "compression.type", "uncompressed").is_ok());
     }
 
     #[test]
@@ -443,6 +514,32 @@ mod tests {
         assert!(validate("cleanup.policy", "compact, delete").is_ok());
         assert!(validate("cleanup.policy", "compact,compact").is_ok());
         assert!(validate("cleanup.policy", "Compact").is_err());
+        assert_eq!(
+            validate("compression.type", "GZIP").unwrap_err(),
+            "Invalid value GZIP for configuration compression.type: String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer"
+        );
+        assert!(validate("compression.type", "zstd").is_ok());
+        assert_eq!(
+            validate("compression.gzip.level", "0").unwrap_err(),
+            "Invalid value 0 for configuration compression.gzip.level: Value must be between 1 and 9 or equal to -1"
+        );
+        assert!(validate("compression.gzip.level", "-1").is_ok());
+        assert_eq!(
+            validate("compression.lz4.level", "18").unwrap_err(),
+            "Invalid value 18 for configuration compression.lz4.level: Value must be no more than 17"
+        );
+        assert_eq!(
+            validate("compression.zstd.level", "-131073").unwrap_err(),
+            "Invalid value -131073 for configuration compression.zstd.level: Value must be at least -131072"
+        );
+        assert_eq!(
+            validate("message.timestamp.after.max.ms", "-1").unwrap_err(),
+            "Invalid value -1 for configuration message.timestamp.after.max.ms: Value must be at least 0"
+        );
+        assert_eq!(
+            validate("max.decompressed.message.bytes", "0").unwrap_err(),
+            "Invalid value 0 for configuration max.decompressed.message.bytes: Value must be at least 1"
+        );
         assert_eq!(
             validate("no.such", "1").unwrap_err(),
             "Unknown topic config name: no.such"

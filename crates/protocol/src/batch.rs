@@ -128,6 +128,16 @@ impl<'a> BatchView<'a> {
     /// Views the batch at the start of `buf`, checking only that the header and the declared
     /// length fit. The batch may be followed by more bytes; [`BatchView::bytes`] covers just it.
     pub fn parse(buf: &'a [u8]) -> Result<Self, BatchError> {
+        let view = Self::parse_unchecked_offsets(buf)?;
+        check_offset_delta(view.base_offset(), view.last_offset_delta())?;
+        Ok(view)
+    }
+
+    /// [`Self::parse`] without the offset-delta check, for a produced batch whose header the
+    /// leader's `LogValidator` judges field by field as Kafka does (a negative last offset
+    /// delta is INVALID_RECORD there, not a corrupt batch). Its base offset is 0, so
+    /// [`Self::last_offset`] cannot overflow.
+    pub fn parse_unchecked_offsets(buf: &'a [u8]) -> Result<Self, BatchError> {
         let size = peek_batch_size(buf)?;
         if buf.len() < size {
             return Err(BatchError::Truncated {
@@ -146,10 +156,6 @@ impl<'a> BatchView<'a> {
                 available: bytes.len(),
             });
         }
-        check_offset_delta(
-            be_i64(bytes, BASE_OFFSET_OFFSET),
-            be_i32(bytes, LAST_OFFSET_DELTA_OFFSET),
-        )?;
         Ok(Self { bytes })
     }
 
@@ -322,11 +328,29 @@ pub fn set_partition_leader_epoch(batch: &mut [u8], epoch: i32) {
 /// Sets LogAppendTime: the timestamp-type bit and maxTimestamp, then recomputes the CRC (both
 /// fields are covered by it), as Kafka's `setMaxTimestamp` does.
 pub fn set_log_append_time(batch: &mut [u8], now_ms: i64) {
-    let attrs = be_i16(batch, ATTRIBUTES_OFFSET) | TIMESTAMP_TYPE_MASK;
+    set_max_timestamp(batch, true, now_ms);
+}
+
+/// Kafka's `DefaultRecordBatch.setMaxTimestamp`: when the timestamp type (`log_append_time`) or
+/// maxTimestamp differs from the header's, sets both and recomputes the CRC (it covers them);
+/// otherwise leaves the batch alone, so the common case costs no CRC pass. True if it changed.
+pub fn set_max_timestamp(batch: &mut [u8], log_append_time: bool, max_timestamp: i64) -> bool {
+    let attrs = be_i16(batch, ATTRIBUTES_OFFSET);
+    let is_lat = attrs & TIMESTAMP_TYPE_MASK != 0;
+    if is_lat == log_append_time && be_i64(batch, MAX_TIMESTAMP_OFFSET) == max_timestamp {
+        return false;
+    }
+    let attrs = if log_append_time {
+        attrs | TIMESTAMP_TYPE_MASK
+    } else {
+        attrs & !TIMESTAMP_TYPE_MASK
+    };
     batch[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attrs.to_be_bytes());
-    batch[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8].copy_from_slice(&now_ms.to_be_bytes());
+    batch[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8]
+        .copy_from_slice(&max_timestamp.to_be_bytes());
     let crc = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
     batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    true
 }
 
 /// Iterates over the batches in a buffer of concatenated batches (a produce request's records, a

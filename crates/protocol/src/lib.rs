@@ -3,6 +3,7 @@
 //! - [`frame`]: length-prefixed framing and request-header peeking.
 //! - [`batch`]: a zero-copy view of RecordBatch v2 headers (the only part of a batch the broker
 //!   reads on the hot path), CRC32C validation and in-place offset/epoch patching.
+//! - [`crafted`]: hand-made batches with every field settable, for tests of hostile input.
 //! - [`ErrorCode`]: Kafka's numeric error codes.
 //! - [`memory_records`]: a batch built from records, for the broker's own writers (the
 //!   coordinators), as Kafka's `MemoryRecords.withRecords`.
@@ -14,6 +15,7 @@
 
 pub mod batch;
 pub mod compression;
+pub mod crafted;
 pub mod frame;
 pub mod java;
 pub mod memory_records;

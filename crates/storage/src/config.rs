@@ -1,5 +1,10 @@
 //! Per-log settings, named and defaulted as Kafka's topic configs.
 
+pub use crate::log_validator::TargetCompression;
+
+/// Kafka's `LogConfig.DEFAULT_MAX_DECOMPRESSED_MESSAGE_BYTES` (the largest array a JVM makes).
+pub const MAX_DECOMPRESSED_MESSAGE_BYTES: i32 = 2_147_483_639;
+
 /// Which timestamp a batch carries once it is in the log (`message.timestamp.type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TimestampType {
@@ -49,6 +54,16 @@ pub struct LogConfig {
     pub file_delete_delay_ms: i64,
     /// `message.timestamp.type`
     pub message_timestamp_type: TimestampType,
+    /// `message.timestamp.before.max.ms`: how far before the broker's clock a CreateTime
+    /// record's timestamp may be.
+    pub message_timestamp_before_max_ms: i64,
+    /// `message.timestamp.after.max.ms`: how far after the broker's clock a CreateTime record's
+    /// timestamp may be (Kafka 4: an hour).
+    pub message_timestamp_after_max_ms: i64,
+    /// `compression.type` with its `compression.<codec>.level`.
+    pub compression: TargetCompression,
+    /// `max.decompressed.message.bytes`: the largest record body a compressed batch may hold.
+    pub max_decompressed_message_bytes: i32,
     /// The broker's `producer.id.expiration.ms`: idle producers' state is dropped after it.
     pub producer_id_expiration_ms: i64,
     /// The broker's `transaction.partition.verification.enable` (KIP-890 part 1): a client's
@@ -77,6 +92,10 @@ impl Default for LogConfig {
             flush_ms: i64::MAX,
             file_delete_delay_ms: 60_000,
             message_timestamp_type: TimestampType::CreateTime,
+            message_timestamp_before_max_ms: i64::MAX,
+            message_timestamp_after_max_ms: 3_600_000,
+            compression: TargetCompression::Producer,
+            max_decompressed_message_bytes: MAX_DECOMPRESSED_MESSAGE_BYTES,
             producer_id_expiration_ms: 86_400_000,
             transaction_verification_enabled: false,
         }
@@ -113,6 +132,10 @@ mod tests {
         assert_eq!(c.flush_ms, i64::MAX);
         assert_eq!(c.file_delete_delay_ms, 60_000);
         assert_eq!(c.message_timestamp_type, TimestampType::CreateTime);
+        assert_eq!(c.message_timestamp_before_max_ms, i64::MAX);
+        assert_eq!(c.message_timestamp_after_max_ms, 3_600_000);
+        assert_eq!(c.compression, TargetCompression::Producer);
+        assert_eq!(c.max_decompressed_message_bytes, 2_147_483_639);
         assert_eq!(c.max_offset_index_entries(), 1_310_720);
     }
 }

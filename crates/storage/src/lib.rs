@@ -55,11 +55,13 @@ pub mod file_cache;
 pub mod index;
 pub mod leader_epoch;
 mod log;
+pub mod log_validator;
+#[cfg(test)]
+mod log_validator_tests;
 pub mod producer_state;
 mod reader;
 pub mod segment;
 pub mod txn_index;
-pub mod validate_keys;
 pub mod verification;
 
 use std::path::PathBuf;
@@ -101,8 +103,19 @@ pub enum StorageError {
     #[error("{message}")]
     RecordErrors {
         message: String,
-        errors: Vec<validate_keys::RecordError>,
+        errors: Vec<log_validator::RecordError>,
     },
+    /// Records of a client batch refused for their timestamps (and maybe more): Kafka's
+    /// `RecordValidationException` with INVALID_TIMESTAMP, every record error listed.
+    #[error("One or more records have been rejected due to invalid timestamp")]
+    TimestampErrors {
+        errors: Vec<log_validator::RecordError>,
+    },
+    /// A batch Kafka's validation fails outside its own error types (a codec that cannot
+    /// decompress the records, a malformed record length): UNKNOWN_SERVER_ERROR, as Kafka
+    /// answers its `KafkaException` / `IllegalArgumentException` there.
+    #[error("{0}")]
+    RecordStream(String),
     #[error("offset {requested} is out of range [{log_start}, {log_end}]")]
     OffsetOutOfRange {
         requested: i64,
@@ -136,6 +149,8 @@ impl StorageError {
             Self::CorruptRecord(_) => ErrorCode::CorruptMessage,
             Self::RecordTooLarge { .. } => ErrorCode::MessageTooLarge,
             Self::InvalidRecord(_) | Self::RecordErrors { .. } => ErrorCode::InvalidRecord,
+            Self::TimestampErrors { .. } => ErrorCode::InvalidTimestamp,
+            Self::RecordStream(_) => ErrorCode::UnknownServerError,
             Self::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
             Self::UnexpectedAppendOffset { .. } => ErrorCode::UnknownServerError,
             Self::OutOfOrderSequence(_) => ErrorCode::OutOfOrderSequenceNumber,

@@ -5,14 +5,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use strom_protocol::batch::{
-    peek_batch_size, set_base_offset, set_log_append_time, set_partition_leader_epoch, BatchError,
-    BatchIter, BatchView,
+    set_base_offset, set_max_timestamp, set_partition_leader_epoch, BatchError, BatchIter,
+    BatchView,
 };
 
 use crate::checkpoint::sync_dir;
-use crate::config::{LogConfig, TimestampType};
+use crate::config::LogConfig;
 use crate::file_cache::FileCache;
 use crate::leader_epoch::LeaderEpochFileCache;
+use crate::log_validator::LogValidator;
 use crate::producer_state::{PlacedBatch, Prepared, ProducerBatch, ProducerStateManager};
 use crate::reader::{LogReader, Shared};
 use crate::segment::{log_file_name, offset_index_file_name, time_index_file_name, LogSegment};
@@ -253,8 +254,17 @@ impl UnifiedLog {
         Ok(log)
     }
 
-    /// Checks every batch before anything is written. Offsets are only checked for followers
-    /// (`expected_next` set): leaders overwrite them.
+    /// Kafka's `TopicPartition.toString`, which is the log directory's name.
+    fn topic_partition(&self) -> String {
+        self.dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Checks every batch's header before anything is written (Kafka's
+    /// `analyzeAndValidateRecords`); leader appends then go through the [`LogValidator`].
+    /// Offsets are only checked for followers (`expected_next` set): leaders overwrite them.
     fn analyze(
         &self,
         records: &[u8],
@@ -270,38 +280,52 @@ impl UnifiedLog {
             producer_batches: Vec::new(),
         };
         let max = self.config.max_message_bytes as usize;
-        let mut iter = BatchIter::new(records);
-        for view in &mut iter {
-            let view = view.map_err(batch_error)?;
+        let tp = || self.topic_partition();
+        let mut pos = 0;
+        while pos < records.len() {
+            // A client's batch is judged field by field by the `LogValidator` (a bad offset
+            // delta is INVALID_RECORD there), so its header is read without that check.
+            let view = if origin == AppendOrigin::Client {
+                BatchView::parse_unchecked_offsets(&records[pos..])
+            } else {
+                BatchView::parse(&records[pos..])
+            }
+            .map_err(batch_error)?;
+            pos += view.size();
+            // Kafka's `analyzeAndValidateRecords`, in its order.
+            if origin == AppendOrigin::Client && view.base_offset() != 0 {
+                return Err(StorageError::InvalidRecord(format!(
+                    "The baseOffset of the record batch in the append to {} should be 0, but it is {}",
+                    tp(),
+                    view.base_offset()
+                )));
+            }
             if view.size() > max {
                 return Err(StorageError::RecordTooLarge {
                     size: view.size(),
                     max,
                 });
             }
-            view.validate().map_err(batch_error)?;
-            if origin == AppendOrigin::Client {
-                let count = view.records_count();
-                if count <= 0 || view.last_offset_delta() as i64 + 1 != count as i64 {
-                    return Err(StorageError::InvalidRecord(format!(
-                        "inconsistent batch: {count} records, last offset delta {}",
-                        view.last_offset_delta()
-                    )));
-                }
-                if view.is_control() {
-                    return Err(StorageError::InvalidRecord(
-                        "clients may not write control batches".into(),
-                    ));
-                }
-                if self.config.compact {
-                    crate::validate_keys::check_keys(&view, &self.dir)?;
-                }
-                if view.producer_id() >= 0 && view.base_sequence() < 0 {
-                    return Err(StorageError::InvalidRecord(format!(
-                        "invalid sequence {} for producer {}",
-                        view.base_sequence(),
-                        view.producer_id()
-                    )));
+            if view.compute_crc() != view.crc() {
+                return Err(StorageError::CorruptRecord(format!(
+                    "Record is corrupt (stored crc = {}) in topic partition {}.",
+                    view.crc(),
+                    tp()
+                )));
+            }
+            if let strom_protocol::batch::CompressionType::Unknown(id) = view.compression() {
+                // Kafka's `CompressionType.forId` throws IllegalArgumentException here.
+                return Err(StorageError::RecordStream(format!(
+                    "Unknown compression type id: {id}"
+                )));
+            }
+            if origin != AppendOrigin::Client {
+                let (count, delta) = (view.records_count(), view.last_offset_delta());
+                if count < 0 || (count > 0 && i64::from(delta) + 1 < i64::from(count)) {
+                    return Err(batch_error(BatchError::InvalidCount {
+                        count,
+                        last_offset_delta: delta,
+                    }));
                 }
             }
             if let Some(next) = expected_next {
@@ -334,6 +358,22 @@ impl UnifiedLog {
             a.producer_batches.push(txn::producer_batch(&view));
         }
         Ok(a)
+    }
+
+    /// The `LogValidator` of a leader append, with this log's settings.
+    fn validator(&self, origin: AppendOrigin, now_ms: i64) -> LogValidator<'_> {
+        LogValidator {
+            topic_partition: self.dir.file_name().and_then(|n| n.to_str()).unwrap_or(""),
+            now_ms,
+            target_compression: self.config.compression,
+            compacted_topic: self.config.compact,
+            timestamp_type: self.config.message_timestamp_type,
+            timestamp_before_max_ms: self.config.message_timestamp_before_max_ms,
+            timestamp_after_max_ms: self.config.message_timestamp_after_max_ms,
+            origin,
+            max_record_body_size: self.config.max_decompressed_message_bytes,
+            max_message_bytes: self.config.max_message_bytes as usize,
+        }
     }
 
     fn empty_append_info(&self) -> LogAppendInfo {
@@ -392,9 +432,18 @@ impl UnifiedLog {
         verification_guard: VerificationGuard,
         now_ms: i64,
     ) -> Result<LogAppendInfo, StorageError> {
-        let analyzed = self.analyze(records, origin, None)?;
+        let mut analyzed = self.analyze(records, origin, None)?;
         if analyzed.batches == 0 {
             return Ok(self.empty_append_info());
+        }
+        // Kafka's `LogValidator`, before the producer's state is checked (as Kafka orders it).
+        let validated = self.validator(origin, now_ms).validate(records)?;
+        if let Some(rebuilt) = &validated.rebuilt {
+            let view = BatchView::parse(rebuilt).map_err(batch_error)?;
+            analyzed.producer_batches = vec![txn::producer_batch(&view)];
+        }
+        for b in &mut analyzed.producer_batches {
+            b.max_timestamp = validated.header_max_timestamp;
         }
         // The offsets the batches will get, so transactions know where they start.
         let mut next = self.log_end_offset;
@@ -420,42 +469,35 @@ impl UnifiedLog {
             Prepared::Append(a) => a,
             Prepared::Duplicate(dup) => {
                 // A retry of a batch already in the log: answer with where it went.
+                // Kafka answers the duplicate's timestamp as its log append time.
                 return Ok(LogAppendInfo {
                     first_offset: dup.first_offset(),
                     last_offset: dup.last_offset,
                     max_timestamp: dup.timestamp,
-                    log_append_time: -1,
+                    log_append_time: dup.timestamp,
                     num_messages: 0,
                     valid_bytes: 0,
                     log_start_offset: self.log_start_offset,
                 });
             }
         };
-        let log_append = self.config.message_timestamp_type == TimestampType::LogAppendTime;
-        let mut buf = records.to_vec();
+        let log_append = validated.header_log_append_time;
+        // The one copy of the batch: the request's bytes are shared, the header is patched.
+        let mut buf = match validated.rebuilt {
+            Some(b) => b,
+            None => records.to_vec(),
+        };
         let first_offset = self.log_end_offset;
-        let mut next = first_offset;
-        let mut max_timestamp = -1;
-        let mut pos = 0;
-        while pos < buf.len() {
-            let size = peek_batch_size(&buf[pos..]).map_err(batch_error)?;
-            let batch = &mut buf[pos..pos + size];
-            let delta = BatchView::parse(batch)
-                .map_err(batch_error)?
-                .last_offset_delta();
-            set_base_offset(batch, next);
-            set_partition_leader_epoch(batch, leader_epoch);
-            if log_append {
-                set_log_append_time(batch, now_ms);
-            }
-            max_timestamp = max_timestamp.max(
-                BatchView::parse(batch)
-                    .map_err(batch_error)?
-                    .max_timestamp(),
-            );
-            next += delta as i64 + 1;
-            pos += size;
-        }
+        let size = buf.len();
+        let delta = BatchView::parse(&buf)
+            .map_err(batch_error)?
+            .last_offset_delta();
+        set_base_offset(&mut buf, first_offset);
+        set_partition_leader_epoch(&mut buf, leader_epoch);
+        set_max_timestamp(&mut buf, log_append, validated.header_max_timestamp);
+        let max_timestamp = validated.max_timestamp;
+        debug_assert_eq!(size, buf.len());
+        let next = first_offset + delta as i64 + 1;
         let last_offset = next - 1;
         self.maybe_roll(buf.len(), max_timestamp, last_offset, first_offset, now_ms)?;
         self.active_mut().append(&buf)?;

@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::TimestampType;
 use crate::segment::{log_file_name, offset_index_file_name, time_index_file_name};
 use bytes::{Bytes, BytesMut};
 use strom_protocol::batch::{BatchIter, CRC_OFFSET, MAGIC_OFFSET};
@@ -110,11 +111,17 @@ fn append_and_read_round_trip() {
     );
     assert_eq!(info.max_timestamp, T0 + 2);
     assert_eq!(info.log_append_time, -1);
+    // A leader append is one batch, as Kafka's `LogValidator` insists.
     let mut two = batch(2);
     two.extend(batch(1));
-    let info = append(&mut log, &two);
-    assert_eq!((info.first_offset, info.last_offset), (3, 5));
-    assert_eq!(info.valid_bytes, two.len());
+    assert!(matches!(
+        log.append_as_leader(&two, 3, AppendOrigin::Client, T0),
+        Err(StorageError::InvalidRecord(_))
+    ));
+    let info = append(&mut log, &batch(2));
+    assert_eq!((info.first_offset, info.last_offset), (3, 4));
+    assert_eq!(info.valid_bytes, batch(2).len());
+    append(&mut log, &batch(1));
     assert_eq!(log.log_end_offset(), 6);
     let all = read_all(&log, 0);
     assert_eq!(offsets(&all), vec![(0, 2), (3, 4), (5, 5)]);

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strom_controller::{names, CreateTopicSpec};
-use strom_protocol::batch::{BatchError, BatchIter};
+use strom_protocol::batch::BatchIter;
 use strom_protocol::kafka::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
@@ -398,9 +398,15 @@ fn append_all(
                         Ok(e) => e,
                         Err(e) => return resp.with_error_code(e.error_code().code()),
                     };
-                    let records = pd.records.unwrap_or_default();
-                    if let Err((code, msg)) = check_one_batch(&records, version) {
-                        return resp.with_error_code(code.code()).with_error_message(Some(str_bytes(&msg)));
+                    let mut records = pd.records.unwrap_or_default();
+                    match validate_records(&records, version) {
+                        // Kafka appends the valid bytes only (`trimInvalidBytes`).
+                        Ok(size) => records.truncate(size),
+                        Err((code, msg)) => {
+                            return resp
+                                .with_error_code(code.code())
+                                .with_error_message(msg.map(|m| str_bytes(&m)))
+                        }
                     }
                     let guard = verified.guards.get(&tp).copied().unwrap_or(VerificationGuard::SENTINEL);
                     match partition.append_records_to_leader_verified(&records, AppendOrigin::Client, req.acks, leader_epoch, 0, guard, now) {
@@ -418,9 +424,13 @@ fn append_all(
                             if let PartitionError::Storage(se) = &e {
                                 broker.replica_manager.handle_storage_error(&partition, se);
                             }
+                            // Kafka words only a record validation failure; every other
+                            // append error is answered by its code alone
+                            // (`LogAppendResult.errorMessage`).
+                            let (record_errors, message) = record_errors(&e);
                             resp.with_error_code(produce_error_code(&e).code())
-                                .with_error_message(Some(str_bytes(&e.to_string())))
-                                .with_record_errors(record_errors(&e))
+                                .with_error_message(message.map(|m| str_bytes(&m)))
+                                .with_record_errors(record_errors)
                                 .with_log_start_offset(match e {
                                     PartitionError::Storage(_) => partition.log_start_offset(),
                                     _ => -1,
@@ -454,43 +464,81 @@ fn produce_error_code(e: &PartitionError) -> ErrorCode {
 }
 
 /// The records a refused batch was refused for (Kafka's `RecordValidationException`), which
-/// produce v8+ reports one by one.
-fn record_errors(e: &PartitionError) -> Vec<BatchIndexAndErrorMessage> {
-    let PartitionError::Storage(StorageError::RecordErrors { errors, .. }) = e else {
-        return Vec::new();
+/// produce v8+ reports one by one, and the message Kafka sends with them.
+fn record_errors(e: &PartitionError) -> (Vec<BatchIndexAndErrorMessage>, Option<String>) {
+    let errors = match e {
+        PartitionError::Storage(
+            StorageError::RecordErrors { errors, .. } | StorageError::TimestampErrors { errors },
+        ) => errors,
+        _ => return (Vec::new(), None),
     };
-    errors
+    let list = errors
         .iter()
         .map(|r| {
             BatchIndexAndErrorMessage::default()
                 .with_batch_index(r.batch_index)
                 .with_batch_index_error_message(Some(str_bytes(&r.message)))
         })
-        .collect()
+        .collect();
+    (list, Some(e.to_string()))
 }
 
-/// Produce v3+ carries exactly one magic-2 batch per partition (Kafka's
-/// `ProduceRequest.validateRecords`).
-fn check_one_batch(records: &[u8], version: i16) -> Result<(), (ErrorCode, String)> {
-    let one = || {
-        format!("Produce requests with version {version} must have exactly one record batch per partition")
-    };
-    let mut it = BatchIter::new(records);
-    match it.next() {
-        None => return Err((ErrorCode::InvalidRecord, one())),
-        Some(Err(BatchError::UnsupportedMagic(m))) => {
-            return Err((
-                ErrorCode::InvalidRecord,
-                format!("Produce requests with version {version} are only allowed to contain record batches with magic version 2, got {m}"),
-            ))
-        }
-        Some(Err(e)) => return Err((ErrorCode::CorruptMessage, e.to_string())),
-        Some(Ok(_)) => {}
+/// A request-level refusal of a partition's records: the code, and the message Kafka sends
+/// with it (only its `CorruptRecordException`s from reading the first batch's header carry
+/// one).
+type RecordsRefusal = (ErrorCode, Option<String>);
+
+/// The size of the batch at the start of `rest` as Kafka's `ByteBufferLogInputStream` reads
+/// it: None where Kafka's iteration ends (fewer bytes than a header or than the batch
+/// declares), CORRUPT_MESSAGE for a length or magic no batch has.
+fn next_batch(rest: &[u8]) -> Result<Option<(usize, i8)>, RecordsRefusal> {
+    if rest.len() < 12 {
+        return Ok(None);
     }
-    match it.next() {
-        None => Ok(()),
-        Some(Ok(_)) => Err((ErrorCode::InvalidRecord, one())),
-        Some(Err(e)) => Err((ErrorCode::CorruptMessage, e.to_string())),
+    let length = i32::from_be_bytes(rest[8..12].try_into().expect("4 bytes"));
+    if length < 14 {
+        return Err((
+            ErrorCode::CorruptMessage,
+            Some(format!(
+                "Record size {length} is less than the minimum record overhead (14)"
+            )),
+        ));
+    }
+    if rest.len() < 17 {
+        return Ok(None);
+    }
+    let magic = rest[16] as i8;
+    if !(0..=2).contains(&magic) {
+        return Err((
+            ErrorCode::CorruptMessage,
+            Some(format!("Invalid magic found in record: {magic}")),
+        ));
+    }
+    let size = length as usize + 12;
+    Ok((rest.len() >= size).then_some((size, magic)))
+}
+
+/// Kafka's `ProduceRequest.validateRecords` (every version): exactly one batch per partition,
+/// of magic 2, and no zstd before v7. Returns the batch's size: bytes after it that do not
+/// make a whole batch are dropped, as Kafka's iteration ignores them. Kafka answers its own
+/// checks here by code alone.
+fn validate_records(records: &[u8], version: i16) -> Result<usize, RecordsRefusal> {
+    let Some((size, magic)) = next_batch(records)? else {
+        return Err((ErrorCode::InvalidRecord, None));
+    };
+    if magic != 2 {
+        return Err((ErrorCode::InvalidRecord, None));
+    }
+    let codec = i16::from_be_bytes([records[21], records[22]]) & 0x07;
+    if version < 7 && codec == strom_protocol::compression::ZSTD {
+        return Err((ErrorCode::UnsupportedCompressionType, None));
+    }
+    // Kafka 4.4 words a corrupt header of the first batch (read before its validation) but
+    // not of a second one.
+    match next_batch(&records[size..]) {
+        Ok(None) => Ok(size),
+        Ok(Some(_)) => Err((ErrorCode::InvalidRecord, None)),
+        Err((code, _)) => Err((code, None)),
     }
 }
 
