@@ -152,8 +152,10 @@ async fn the_loader_reads_compressed_batches() {
             producer_epoch: -1,
             timestamp_type: TimestampType::Creation,
             offset: i,
-            sequence: -1,
-            timestamp: 1_700_000_000_000,
+            // One batch: kafka-protocol's encoder splits where offset - sequence changes.
+            sequence: i as i32,
+            // The appends below run at time 0, within message.timestamp.after.max.ms.
+            timestamp: 0,
             key: Some(Bytes::from(format!("k{i}"))),
             value: (i != 1).then(|| Bytes::from(format!("v{i}"))),
             headers: Default::default(),

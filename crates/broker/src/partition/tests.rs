@@ -13,8 +13,9 @@ use crate::replication::LeaderAndIsr;
 
 const ME: i32 = 1;
 
+/// Appended at time 0 below: its timestamp is within `message.timestamp.after.max.ms` of it.
 fn batch() -> Vec<u8> {
-    strom_protocol::testing::value_batch(1, 1_700_000_000_000)
+    strom_protocol::testing::value_batch(1, 0)
 }
 
 fn reg(leader: i32, leader_epoch: i32) -> LeaderAndIsr {
@@ -207,7 +208,7 @@ fn txn_batch(pid: i64) -> Vec<u8> {
         timestamp_type: TimestampType::Creation,
         offset: 0,
         sequence: 0,
-        timestamp: 1_700_000_000_000,
+        timestamp: 0,
         key: None,
         value: Some(bytes::Bytes::from_static(b"v")),
         headers: Default::default(),
@@ -267,7 +268,7 @@ fn the_lso_moves_with_the_hw_and_read_committed_reads_below_it() {
     );
     // A waiting read_committed fetch that saw the LSO at 0 is not due until it moves.
     assert!(!p.fetch_may_complete(FetchIsolation::TxnCommitted, &fetch, true, 0));
-    let abort = end_txn_marker(7, 0, 0, TxnResult::Abort, 1_700_000_000_001);
+    let abort = end_txn_marker(7, 0, 0, TxnResult::Abort, 1);
     p.append_records_to_leader(&abort, AppendOrigin::Coordinator, -1, 1, 0)
         .unwrap();
     assert_eq!(p.last_stable_offset(), 2);
