@@ -3,6 +3,8 @@
 //!
 //! This crate owns everything under one partition directory (`<topic>-<partition>/`):
 //!
+//! - [`log_validator::LogValidator`]: Kafka's checks of a leader append (record timestamps,
+//!   keys on compacted topics, batch fields, record structure, the topic's codec).
 //! - [`UnifiedLog`]: the ordered set of segments of one partition: append (leader: offsets
 //!   assigned here; follower: offsets as given), read of whole raw batches, offset lookup by
 //!   timestamp, rolling, retention, truncation, flushing and crash recovery.
@@ -45,8 +47,10 @@
 //!
 //! It does not own the set of partitions (the broker's log manager does), the high watermark
 //! (the broker's partition tells the log where it is) or replication. Batches are never decoded
-//! on the append or read path: only their 61-byte headers are read or patched (via
-//! `strom_protocol::batch`), except control batches (one tiny record: the transaction marker).
+//! into records on the append or read path: a leader append's [`log_validator::LogValidator`]
+//! walks the records' varints where they lie (compressed ones through a streaming decoder) and
+//! only the 61-byte header is patched (via `strom_protocol::batch`); a batch is re-encoded only
+//! when the topic's `compression.type` asks for another codec. Reads return stored bytes.
 
 pub mod checkpoint;
 pub mod cleaner;
