@@ -13,9 +13,9 @@ use strom_protocol::batch::{set_base_offset, BatchView};
 use strom_protocol::kafka::messages::*;
 use strom_protocol::kafka::protocol::{Encodable, StrBytes};
 use strom_protocol::kafka::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
-    TimestampType,
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
+use strom_raft::wire;
 
 fn batch(n: usize, compression: Compression, producer_id: i64) -> Vec<u8> {
     let records: Vec<Record> = (0..n)
@@ -218,7 +218,9 @@ fn offsets_seed(segment: &[u8]) -> Vec<u8> {
             break;
         }
         let mut batch = buf.split_to(size);
-        let control = BatchView::parse(&batch).map(|v| v.is_control()).unwrap_or(true);
+        let control = BatchView::parse(&batch)
+            .map(|v| v.is_control())
+            .unwrap_or(true);
         if control {
             continue;
         }
@@ -235,6 +237,223 @@ fn offsets_seed(segment: &[u8]) -> Vec<u8> {
         }
     }
     out
+}
+
+/// Raft requests of every kind, as a voter sends them.
+fn raft_requests() -> Vec<(&'static str, wire::RaftRequest)> {
+    use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+    use openraft::{
+        BasicNode, CommittedLeaderId, Entry, EntryPayload, LogId, Membership, SnapshotMeta,
+        StoredMembership, Vote,
+    };
+    use strom_raft::types::{Payload, TypeConfig};
+    use wire::{RaftRequest, RaftRpc};
+
+    let vote = Vote::new_committed(3, 1);
+    let log_id = |term, index| LogId::new(CommittedLeaderId::new(term, 1), index);
+    let membership = Membership::new(
+        vec![[1u64, 2, 3].into_iter().collect()],
+        (1u64..=3)
+            .map(|i| (i, BasicNode::new(format!("127.0.0.1:909{i}"))))
+            .collect::<std::collections::BTreeMap<_, _>>(),
+    );
+    let entries: Vec<Entry<TypeConfig>> = vec![
+        Entry {
+            log_id: log_id(3, 11),
+            payload: EntryPayload::Normal(Payload(br#"[{"Topic":{"name":"t"}}]"#.to_vec())),
+        },
+        Entry {
+            log_id: log_id(3, 12),
+            payload: EntryPayload::Membership(membership.clone()),
+        },
+        Entry {
+            log_id: log_id(3, 13),
+            payload: EntryPayload::Blank,
+        },
+    ];
+    let to = |rpc| RaftRequest {
+        from: 1,
+        to: 2,
+        rpc,
+    };
+    vec![
+        (
+            "append",
+            to(RaftRpc::AppendEntries(AppendEntriesRequest {
+                vote,
+                prev_log_id: Some(log_id(3, 10)),
+                entries,
+                leader_commit: Some(log_id(3, 10)),
+            })),
+        ),
+        (
+            "heartbeat",
+            to(RaftRpc::AppendEntries(AppendEntriesRequest {
+                vote,
+                prev_log_id: Some(log_id(3, 13)),
+                entries: Vec::new(),
+                leader_commit: Some(log_id(3, 13)),
+            })),
+        ),
+        (
+            "vote",
+            to(RaftRpc::Vote(VoteRequest::new(
+                Vote::new(4, 1),
+                Some(log_id(3, 13)),
+            ))),
+        ),
+        (
+            "snapshot-chunk",
+            to(RaftRpc::InstallSnapshot(InstallSnapshotRequest {
+                vote,
+                meta: SnapshotMeta {
+                    last_log_id: Some(log_id(3, 13)),
+                    last_membership: StoredMembership::new(Some(log_id(3, 12)), membership),
+                    snapshot_id: "3-1-13".into(),
+                },
+                offset: 0,
+                data: b"[records of the image]".to_vec(),
+                done: true,
+            })),
+        ),
+        ("status", to(RaftRpc::Status)),
+    ]
+}
+
+/// Raft responses of every kind, as a voter answers.
+fn raft_responses() -> Vec<(&'static str, wire::RaftResponse)> {
+    use openraft::error::{Fatal, RaftError};
+    use openraft::raft::{AppendEntriesResponse, InstallSnapshotResponse, VoteResponse};
+    use openraft::{CommittedLeaderId, LogId, Vote};
+    use wire::RaftResponse;
+
+    let vote = Vote::new_committed(3, 1);
+    let log_id = LogId::new(CommittedLeaderId::new(3, 1), 13);
+    vec![
+        (
+            "append-ok",
+            RaftResponse::AppendEntries(Ok(AppendEntriesResponse::Success)),
+        ),
+        (
+            "append-conflict",
+            RaftResponse::AppendEntries(Ok(AppendEntriesResponse::Conflict)),
+        ),
+        (
+            "append-higher-vote",
+            RaftResponse::AppendEntries(Ok(AppendEntriesResponse::HigherVote(Vote::new(5, 2)))),
+        ),
+        (
+            "append-stopped",
+            RaftResponse::AppendEntries(Err(RaftError::Fatal(Fatal::Stopped))),
+        ),
+        (
+            "vote-granted",
+            RaftResponse::Vote(Ok(VoteResponse::new(vote, Some(log_id), true))),
+        ),
+        (
+            "snapshot-ok",
+            RaftResponse::InstallSnapshot(Ok(InstallSnapshotResponse { vote })),
+        ),
+        ("status", RaftResponse::Status { initialized: true }),
+        ("wrong-node", RaftResponse::WrongNode { node_id: 3 }),
+    ]
+}
+
+/// The seeds of the Raft and controller-listener targets and of the pre-authentication one.
+fn raft_and_pre_auth_seeds(root: &Path) {
+    let requests: Vec<(&str, Vec<u8>)> = raft_requests()
+        .into_iter()
+        .map(|(name, r)| (name, wire::encode_body(&r, usize::MAX).unwrap()))
+        .collect();
+    let responses: Vec<(&str, Vec<u8>)> = raft_responses()
+        .into_iter()
+        .map(|(name, r)| (name, wire::encode_body(&r, usize::MAX).unwrap()))
+        .collect();
+
+    // raft_rpc: a mode byte (even: requests a voter's listener reads; odd: responses its
+    // client reads), then frames.
+    let dir = root.join("raft_rpc");
+    let mut all = vec![0u8];
+    for (name, body) in &requests {
+        let frame = wire::request_frame(7, "strom-raft-1", body);
+        let mut seed = vec![0u8];
+        seed.extend_from_slice(&frame);
+        write(&dir, &format!("request-{name}"), &seed);
+        all.extend_from_slice(&frame);
+    }
+    write(&dir, "requests-all", &all);
+    for (name, body) in &responses {
+        let mut seed = vec![1u8];
+        seed.extend_from_slice(&wire::response_frame(7, body));
+        write(&dir, &format!("response-{name}"), &seed);
+    }
+
+    // controller_listener: what peers send there (Raft from the voters, the broker-to-controller
+    // APIs from brokers), and the old Raft preamble.
+    let dir = root.join("controller_listener");
+    for (name, body) in &requests {
+        write(
+            &dir,
+            &format!("raft-{name}"),
+            &wire::request_frame(7, "strom-raft-1", body),
+        );
+    }
+    for e in REGISTRY.iter().filter(|e| e.scopes.controller) {
+        for v in [e.min_version, e.max_version] {
+            let seed = request(e.key, v);
+            if !seed.is_empty() {
+                write(&dir, &format!("{:?}-v{v}", e.key), &seed);
+            }
+        }
+    }
+    let heartbeat = BrokerHeartbeatRequest::default()
+        .with_broker_id(BrokerId(2))
+        .with_broker_epoch(10)
+        .with_current_metadata_offset(13);
+    write(
+        &dir,
+        "BrokerHeartbeat-v1",
+        &frame(ApiKey::BrokerHeartbeat, 1, &heartbeat),
+    );
+    let inner = request(ApiKey::CreateTopics, 7);
+    let envelope = EnvelopeRequest::default()
+        .with_request_data(bytes::Bytes::copy_from_slice(&inner[4..]))
+        .with_request_principal(Some(strom_broker::request_context::serialize_principal(
+            &strom_broker::request_context::KafkaPrincipal::anonymous(),
+        )))
+        .with_client_host_address(bytes::Bytes::from_static(&[127, 0, 0, 1]));
+    write(
+        &dir,
+        "Envelope-CreateTopics",
+        &frame(ApiKey::Envelope, 0, &envelope),
+    );
+    write(
+        &dir,
+        "old-raft-preamble",
+        &[0xFF, b'S', b'T', b'R', b'A', b'F', b'T', 1, 0, 0, 0, 3],
+    );
+
+    // pre_auth: ApiVersions at every version, with client software names Kafka accepts and
+    // refuses, and a request that must wait for authentication.
+    let dir = root.join("pre_auth");
+    for v in 0..=4i16 {
+        for (tag, name, version) in [("valid", "librdkafka", "2.3.0"), ("invalid", "-x y", "")] {
+            let req = ApiVersionsRequest::default()
+                .with_client_software_name(StrBytes::from_static_str(name))
+                .with_client_software_version(StrBytes::from_static_str(version));
+            write(
+                &dir,
+                &format!("ApiVersions-v{v}-{tag}"),
+                &frame(ApiKey::ApiVersions, v, &req),
+            );
+        }
+    }
+    let mut unsupported = frame(ApiKey::ApiVersions, 4, &ApiVersionsRequest::default());
+    unsupported[6..8].copy_from_slice(&9i16.to_be_bytes());
+    write(&dir, "ApiVersions-v9-fallback", &unsupported);
+    let mut then_metadata = frame(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
+    then_metadata.extend_from_slice(&request(ApiKey::Metadata, 12));
+    write(&dir, "ApiVersions-then-Metadata", &then_metadata);
 }
 
 fn main() {
@@ -308,6 +527,8 @@ fn main() {
     let mut s = vec![0u8, 0, 0];
     part(&mut s, &log[..log.len() - 5]);
     write(&dir, "torn-tail", &s);
+
+    raft_and_pre_auth_seeds(&root);
 
     println!("seeds written under {}", root.display());
 }

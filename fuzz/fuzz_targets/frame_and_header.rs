@@ -7,9 +7,9 @@
 
 use bytes::{Buf, Bytes};
 use libfuzzer_sys::fuzz_target;
-use strom_protocol::batch::BatchIter;
 use strom_broker::handlers::{self, ParsedRequest};
 use strom_broker::listeners::ListenerScope;
+use strom_protocol::batch::BatchIter;
 use strom_protocol::frame;
 use strom_protocol::kafka::messages::{ApiKey, ProduceRequest};
 use strom_protocol::kafka::protocol::Decodable;
@@ -41,7 +41,15 @@ fn handle(payload: Bytes) -> Result<(), ()> {
     for scope in [ListenerScope::Broker, ListenerScope::Controller] {
         match handlers::parse_request(&payload, scope) {
             Ok(ParsedRequest::ApiVersionsFallback { .. }) => ok = true,
-            Ok(ParsedRequest::Request { entry, header, body }) => {
+            // Raft (controller listeners): the body is the voter's to decode.
+            Ok(ParsedRequest::Raft { body, .. }) => {
+                ok |= strom_raft::wire::decode_request(&body).is_ok();
+            }
+            Ok(ParsedRequest::Request {
+                entry,
+                header,
+                body,
+            }) => {
                 let version = header.request_api_version;
                 if (entry.decode)(body.clone(), version).is_ok() {
                     ok = true;

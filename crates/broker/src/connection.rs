@@ -2,6 +2,7 @@
 //! task, as Kafka does by muting a socket while its request is in flight. A malformed frame, an
 //! unknown API or an undecodable request closes the connection; nothing else is affected.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -13,7 +14,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use crate::handlers;
+use crate::config::BrokerConfig;
+use crate::handlers::{self, HandleError};
 use crate::request_context::{ClientInformation, KafkaPrincipal, ListenerInfo, RequestContext};
 use crate::server::Broker;
 
@@ -199,21 +201,53 @@ fn valid_software_field(s: &str) -> bool {
     }
 }
 
-/// Serves one Kafka connection. `initial` holds bytes already read from the stream (a shared
-/// controller listener reads the first byte to tell Kafka from Raft).
-pub async fn serve(
-    broker: Arc<Broker>,
+/// Where a connection's requests go: the broker's handlers on a broker listener; on the
+/// controller listener Raft first (served from start-up on, before the broker exists), then
+/// the broker's handlers (`controller_listener.rs`). Every listener's connections share this
+/// loop: its frame bound, idle timeout and in-flight accounting.
+pub trait Dispatch: Send + Sync + 'static {
+    fn config(&self) -> &BrokerConfig;
+    /// Where the requests being handled are counted, for shutdown.
+    fn in_flight(&self) -> &InFlight;
+    /// Handles one request frame (without its size prefix). `Ok(None)`: no response is due;
+    /// an error closes the connection.
+    fn handle<'a>(
+        &'a self,
+        conn: &'a mut ConnectionInfo,
+        payload: Bytes,
+    ) -> impl Future<Output = Result<Option<BytesMut>, HandleError>> + Send + 'a;
+}
+
+impl Dispatch for Arc<Broker> {
+    fn config(&self) -> &BrokerConfig {
+        &self.config
+    }
+
+    fn in_flight(&self) -> &InFlight {
+        &self.in_flight
+    }
+
+    fn handle<'a>(
+        &'a self,
+        conn: &'a mut ConnectionInfo,
+        payload: Bytes,
+    ) -> impl Future<Output = Result<Option<BytesMut>, HandleError>> + Send + 'a {
+        handlers::handle(self, conn, payload)
+    }
+}
+
+/// Serves one Kafka connection.
+pub async fn serve<D: Dispatch>(
+    dispatch: D,
     mut stream: TcpStream,
     mut conn: ConnectionInfo,
-    initial: BytesMut,
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
     let peer = conn.peer;
-    let max = broker.config.socket_request_max_bytes;
-    let idle = std::time::Duration::from_millis(broker.config.connections_max_idle_ms.max(1));
-    let mut buf = initial;
-    buf.reserve(READ_CHUNK);
+    let max = dispatch.config().socket_request_max_bytes;
+    let idle = std::time::Duration::from_millis(dispatch.config().connections_max_idle_ms.max(1));
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut out = BytesMut::new();
     loop {
         // Handle every complete frame already buffered, then write their responses together.
@@ -222,15 +256,15 @@ pub async fn serve(
                 Ok(Some(n)) => {
                     buf.advance(4);
                     let payload = buf.split_to(n).freeze();
-                    broker.in_flight.enter();
+                    dispatch.in_flight().enter();
                     if *stop.borrow() {
                         // Shutting down: the logs may be closing; take no new request.
-                        broker.in_flight.leave();
+                        dispatch.in_flight().leave();
                         let _ = stream.write_all(&out).await;
                         return;
                     }
-                    let r = handlers::handle(&broker, &mut conn, payload).await;
-                    broker.in_flight.leave();
+                    let r = dispatch.handle(&mut conn, payload).await;
+                    dispatch.in_flight().leave();
                     match r {
                         // The common case is one response per read: hand its buffer over
                         // instead of copying it (a fetch response is mostly record bytes).

@@ -4,6 +4,8 @@
 //! - [`server`]: start-up, the accept loop, background chores, clean shutdown.
 //! - [`connection`]: one task per connection; requests are answered in order, on the task that
 //!   read them (no hand-off to another thread on the request path).
+//! - [`controller_listener`]: the controller listener's dispatch: Raft between the voters (a
+//!   Strom-private Kafka API) from start-up on, then the broker-to-controller APIs.
 //! - [`handlers`]: one module per Kafka API; each maps internal errors to that API's codes.
 //! - [`replica_manager`] / [`partition`]: hosted partitions, their logs, HW, the fetch path.
 //! - [`purgatory`]: delayed operations (acks=all produce, fetch long-poll, DeleteRecords; later
@@ -13,6 +15,7 @@
 pub mod config;
 pub mod connection;
 pub mod controller_channel;
+pub mod controller_listener;
 pub mod coordinator;
 pub mod directory_assignments;
 pub mod handlers;

@@ -7,21 +7,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
 use parking_lot::RwLock;
 use strom_controller::controller::TopicDefaults;
 use strom_controller::{ControllerError, MetadataImage, QuorumController};
 use strom_raft::QuorumConfig;
 use strom_storage::StorageError;
 use thiserror::Error;
-use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::config::BrokerConfig;
-use crate::connection::{ConnectionInfo, ConnectionQuotas};
+use crate::connection::{ConnectionInfo, ConnectionQuotas, Dispatch, InFlight};
 use crate::controller_channel::ControllerChannel;
+use crate::controller_listener::ControllerDispatch;
 use crate::inter_broker::InterBrokerClient;
 use crate::listeners::{EndPoint, ListenerScope};
 use crate::metadata_loader::{ImageHolder, MetadataLoader};
@@ -78,7 +77,7 @@ pub struct Broker {
     pub add_partitions_to_txn_manager: Arc<crate::txn_verification::AddPartitionsToTxnManager>,
     /// Requests being handled, so that shutdown closes the logs only after the last of them
     /// (no append after the clean-shutdown marker).
-    pub(crate) in_flight: crate::connection::InFlight,
+    pub(crate) in_flight: Arc<InFlight>,
 }
 
 impl Broker {
@@ -121,6 +120,8 @@ pub struct Server {
     controller_addr: Option<SocketAddr>,
     stop_tx: watch::Sender<bool>,
     stop_rx: watch::Receiver<bool>,
+    /// Stops the controller listener, after the quorum (Raft is served to the end).
+    controller_stop: watch::Sender<bool>,
     _dir_locks: Vec<std::fs::File>,
 }
 
@@ -148,60 +149,6 @@ async fn bind(e: &EndPoint) -> Result<TcpListener, ServerError> {
     TcpListener::bind(sock)
         .await
         .map_err(|source| ServerError::Bind { addr: sock, source })
-}
-
-/// The controller listener: Raft connections (told apart by their first byte, see
-/// [`strom_raft::PREAMBLE`]) go to the quorum, everything else is a Kafka connection served
-/// with the controller-scope API table once the broker exists.
-async fn serve_controller_listener(
-    listener: TcpListener,
-    info: ListenerInfo,
-    raft: strom_raft::RaftConnectionSender,
-    broker: watch::Receiver<Option<Arc<Broker>>>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let local = listener.local_addr().ok();
-    loop {
-        let (mut stream, peer) = tokio::select! {
-            _ = stop.changed() => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed on the controller listener");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let raft = raft.clone();
-        let mut broker = broker.clone();
-        let stop = stop.clone();
-        let info = info.clone();
-        tokio::spawn(async move {
-            let mut first = [0u8; 1];
-            if stream.read_exact(&mut first).await.is_err() {
-                return;
-            }
-            if first[0] == strom_raft::PREAMBLE[0] {
-                let mut rest = [0u8; 7];
-                if stream.read_exact(&mut rest).await.is_ok()
-                    && rest[..] == strom_raft::PREAMBLE[1..]
-                {
-                    raft.hand_over(stream).await;
-                } else {
-                    tracing::info!(%peer, "closing connection: bad frame on the controller listener");
-                }
-                return;
-            }
-            let Ok(b) = broker.wait_for(Option::is_some).await.map(|b| b.clone()) else {
-                return;
-            };
-            let Some(b) = b else { return };
-            let local = local.unwrap_or(peer);
-            let conn = ConnectionInfo::new(info, local, peer, next_connection_index());
-            crate::connection::serve(b, stream, conn, BytesMut::from(&first[..]), stop).await;
-        });
-    }
 }
 
 impl Server {
@@ -256,22 +203,35 @@ impl Server {
         if let Some(a) = controller_addr {
             config.controller_listen = Some(a);
         }
+        let config = Arc::new(config);
         let (broker_tx, broker_rx) = watch::channel::<Option<Arc<Broker>>>(None);
-        let raft_inbox = match controller {
+        let (controller_stop, controller_stop_rx) = watch::channel(false);
+        let in_flight = Arc::new(InFlight::default());
+        // The controller listener is served from here on: Raft must flow while the logs are
+        // still being opened. It keeps its own connection quotas, as Kafka's controller
+        // `SocketServer` does.
+        let raft_service = match controller {
             Some((info, l, _)) => {
-                let (sender, inbox) = strom_raft::raft_connections();
-                tokio::spawn(serve_controller_listener(
-                    l,
+                let (service, slot) = strom_raft::raft_service();
+                let dispatch = Arc::new(ControllerDispatch {
+                    config: config.clone(),
+                    in_flight: in_flight.clone(),
+                    raft: service,
+                    broker: broker_rx,
+                    broker_stop: stop_rx.clone(),
+                });
+                tokio::spawn(accept_loop(
+                    dispatch,
+                    Arc::new(ConnectionQuotas::new(&config)),
                     info,
-                    sender,
-                    broker_rx,
-                    stop_rx.clone(),
+                    l,
+                    controller_stop_rx.clone(),
+                    controller_stop_rx,
                 ));
-                Some(inbox)
+                Some(slot)
             }
             None => None,
         };
-        let config = Arc::new(config);
 
         let defaults = TopicDefaults {
             num_partitions: config.num_partitions,
@@ -293,8 +253,9 @@ impl Server {
                     listen,
                     metadata_dir.join("raft"),
                 );
-                // Raft shares the controller listener with the broker-to-controller APIs.
-                quorum.incoming = raft_inbox.clone();
+                // Raft is an API of the controller listener, bounded like every request there.
+                quorum.service = raft_service.clone();
+                quorum.max_frame_bytes = config.socket_request_max_bytes;
                 QuorumController::start_quorum(quorum, defaults).await?
             }
         });
@@ -424,7 +385,7 @@ impl Server {
             group_coordinator,
             transaction_coordinator,
             add_partitions_to_txn_manager,
-            in_flight: crate::connection::InFlight::default(),
+            in_flight,
         });
         // Kafka connections on the controller listener wait for this.
         let _ = broker_tx.send(Some(broker.clone()));
@@ -434,6 +395,7 @@ impl Server {
             controller_addr,
             stop_tx,
             stop_rx,
+            controller_stop,
             _dir_locks: locks,
         })
     }
@@ -558,6 +520,7 @@ impl Server {
         self.broker.metadata_loader.shutdown().await;
         self.broker.replica_manager.shutdown()?;
         self.broker.controller.shutdown().await;
+        let _ = self.controller_stop.send(true);
         self.broker.inter_broker.close_all();
         tracing::info!("shutdown complete");
         Ok(())
@@ -589,9 +552,10 @@ async fn wait_until_unfenced(broker: &Broker) {
     }
 }
 
-/// Accepts Kafka connections on one broker listener until `accept_stop`.
-async fn accept_loop(
-    broker: Arc<Broker>,
+/// Accepts Kafka connections on one listener until `accept_stop`; each is served by
+/// `dispatch` until `stop`.
+async fn accept_loop<D: Dispatch + Clone>(
+    dispatch: D,
     quotas: Arc<ConnectionQuotas>,
     info: ListenerInfo,
     listener: TcpListener,
@@ -616,11 +580,11 @@ async fn accept_loop(
                         tracing::info!(%peer, "closing connection: max.connections.per.ip reached");
                         continue;
                     };
-                    let broker = broker.clone();
+                    let dispatch = dispatch.clone();
                     let stop = stop.clone();
                     let conn = ConnectionInfo::new(info.clone(), local.unwrap_or(peer), peer, next_connection_index());
                     tokio::spawn(async move {
-                        crate::connection::serve(broker, stream, conn, BytesMut::new(), stop).await;
+                        crate::connection::serve(dispatch, stream, conn, stop).await;
                         drop(slot);
                     });
                 }

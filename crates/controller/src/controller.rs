@@ -340,6 +340,12 @@ impl QuorumController {
                     Err(QuorumError::NotLeader { leader }) => Err(ControllerError::NotController {
                         leader: leader.map(|l| l as i32),
                     }),
+                    // Kafka's Raft client refuses a batch over its bound with
+                    // RecordBatchTooLargeException, which the controller answers as is.
+                    Err(e @ QuorumError::PayloadTooLarge { .. }) => Err(ControllerError::Code {
+                        code: ErrorCode::RecordListTooLarge.code(),
+                        message: e.to_string(),
+                    }),
                     Err(e) => Err(ControllerError::Io(e.to_string())),
                 }
             }

@@ -40,12 +40,13 @@
 //!
 //! - [`MetadataQuorum::start`]`(`[`QuorumConfig`]`, Arc<dyn StateMachineHandler>)`: opens the
 //!   storage, restores the handler from the local snapshot if any, listens for the other voters
-//!   and joins the quorum. On a fresh cluster the voter with the lowest id bootstraps it with the
+//!   (or plugs into the application's [`RaftService`]) and joins the quorum. On a fresh cluster the voter with the lowest id bootstraps it with the
 //!   full voter set (unless a reachable voter says the cluster exists); the others wait for it.
 //!   Starting all voters at once and restarting any of them are both safe.
 //! - [`MetadataQuorum::propose`]`(Vec<u8>) -> Result<u64>`: on the leader, appends the payload
 //!   and returns its log index once it is committed and applied locally; elsewhere
-//!   [`QuorumError::NotLeader`]` { leader }`. Bounded by [`QuorumConfig::propose_timeout_ms`].
+//!   [`QuorumError::NotLeader`]` { leader }`. Bounded by [`QuorumConfig::propose_timeout_ms`];
+//!   a payload that cannot fit one request frame is [`QuorumError::PayloadTooLarge`].
 //! - [`MetadataQuorum::leader`], [`MetadataQuorum::term`] (the controller epoch),
 //!   [`MetadataQuorum::status`], [`MetadataQuorum::wait_for_leader`],
 //!   [`MetadataQuorum::wait_for_applied`], [`MetadataQuorum::snapshot`] (build one now and purge
@@ -64,8 +65,14 @@
 //!
 //! # Network
 //!
-//! TCP between voters on their controller listener addresses; length-prefixed bincode frames
-//! of openraft's append-entries, vote and install-snapshot RPCs; reconnect on failure; every
+//! Raft RPCs are Kafka requests of the Strom-private API `StromRaft` ([`wire`]: Kafka request
+//! and response headers, a bincode body of openraft's append-entries, vote and install-snapshot
+//! RPCs) on the voters' controller listeners, so the broker serves them through the same
+//! connection pipeline as its other controller APIs and hands each body to the voter
+//! ([`RaftService`], [`QuorumConfig::service`]); a voter without one binds
+//! [`QuorumConfig::listen`] itself. Frames are bounded by [`QuorumConfig::max_frame_bytes`]
+//! (appends split, snapshots chunked, proposals bounded), read only as their bytes arrive, and
+//! sent over any byte stream a [`Connector`] makes ([`transport`]); reconnect on failure; every
 //! RPC bounded by openraft's deadlines. See [`network`].
 //!
 //! # Limits
@@ -85,8 +92,11 @@ pub mod log_store;
 pub mod network;
 mod quorum;
 pub mod state_machine;
+pub mod transport;
 pub mod types;
+pub mod wire;
 
-pub use network::{raft_connections, RaftConnectionSender, RaftInbox, PREAMBLE};
+pub use network::{raft_service, RaftService, RaftServiceSlot};
 pub use quorum::{MetadataQuorum, QuorumConfig, QuorumError, QuorumStatus, Result};
 pub use state_machine::{HandlerError, StateMachineHandler};
+pub use transport::{Connector, TcpConnector};

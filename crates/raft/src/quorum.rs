@@ -15,9 +15,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::log_store::LogStore;
-use crate::network::{self, NetworkFactory, PeerClient, RpcRequest, RpcResponse};
+use crate::network::{self, NetworkFactory, PeerClient, RaftServiceSlot};
 use crate::state_machine::{StateMachine, StateMachineHandler};
+use crate::transport::{Connector, TcpConnector};
 use crate::types::{NodeId, Payload, Raft};
+use crate::wire::{self, RaftResponse, RaftRpc, WireError};
 
 /// How a voter runs.
 #[derive(Debug, Clone)]
@@ -45,15 +47,21 @@ pub struct QuorumConfig {
     pub segment_bytes: u64,
     /// How long [`MetadataQuorum::propose`] waits for the entry to be committed and applied.
     pub propose_timeout_ms: u64,
-    /// Raft connections accepted by the application ([`network::raft_connections`]), for a
-    /// controller listener that also carries Kafka requests. `None`: the voter binds `listen`
-    /// itself.
-    pub incoming: Option<network::RaftInbox>,
+    /// The largest request frame a voter sends or accepts (the payload after the 4-byte
+    /// size; the broker's `socket.request.max.bytes`, which must be the same on every voter).
+    /// Appends are split under it, snapshots sent in chunks of at most half of it, and a
+    /// proposal must fit in one request.
+    pub max_frame_bytes: usize,
+    /// StromRaft requests served by the application on its own listener
+    /// ([`network::raft_service`]; the broker's controller listener). `None`: the voter binds
+    /// `listen` itself.
+    pub service: Option<RaftServiceSlot>,
 }
 
 impl QuorumConfig {
     /// A configuration with default timings (election timeout 1000 ms, heartbeat 100 ms, a
-    /// snapshot every 10,000 entries keeping 1,000 behind it, 16 MiB segments, 10 s proposals).
+    /// snapshot every 10,000 entries keeping 1,000 behind it, 16 MiB segments, 10 s proposals)
+    /// and Kafka's default `socket.request.max.bytes` (100 MiB) as the frame bound.
     pub fn new(
         node_id: u64,
         voters: BTreeMap<u64, SocketAddr>,
@@ -71,15 +79,10 @@ impl QuorumConfig {
             keep_after_snapshot: 1_000,
             segment_bytes: 16 << 20,
             propose_timeout_ms: 10_000,
-            incoming: None,
+            max_frame_bytes: strom_protocol::frame::DEFAULT_MAX_REQUEST_SIZE,
+            service: None,
         }
     }
-}
-
-/// Where a voter's Raft connections come from.
-enum Accept {
-    Listener(TcpListener),
-    Inbox(tokio::sync::mpsc::Receiver<tokio::net::TcpStream>),
 }
 
 /// Errors of the quorum.
@@ -92,6 +95,11 @@ pub enum QuorumError {
     Config(String),
     #[error("metadata quorum I/O error: {0}")]
     Io(#[from] io::Error),
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// A proposal that cannot fit in one Raft request.
+    #[error("a metadata batch of {size} bytes exceeds the limit of {max} bytes")]
+    PayloadTooLarge { size: usize, max: usize },
     /// The wait ended before the outcome was known. A timed-out proposal may still be committed.
     #[error("timed out after {0:?}")]
     Timeout(Duration),
@@ -135,7 +143,9 @@ pub struct MetadataQuorum {
     raft: Raft,
     metrics: watch::Receiver<openraft::RaftMetrics<NodeId, BasicNode>>,
     server: Mutex<Option<JoinHandle<()>>>,
+    service: Option<RaftServiceSlot>,
     propose_timeout: Duration,
+    max_payload: usize,
 }
 
 impl MetadataQuorum {
@@ -151,6 +161,19 @@ impl MetadataQuorum {
         config: QuorumConfig,
         state_machine: Arc<dyn StateMachineHandler>,
     ) -> Result<MetadataQuorum> {
+        Self::start_with_connector(config, state_machine, Arc::new(TcpConnector)).await
+    }
+
+    /// [`Self::start`] with the RPCs to the other voters sent over streams from `connector`
+    /// (TLS or SASL-authenticated streams; [`TcpConnector`] for plain TCP).
+    pub async fn start_with_connector<C: Connector>(
+        config: QuorumConfig,
+        state_machine: Arc<dyn StateMachineHandler>,
+        connector: Arc<C>,
+    ) -> Result<MetadataQuorum>
+    where
+        C::Stream: Sync,
+    {
         if !config.voters.contains_key(&config.node_id) {
             return Err(QuorumError::Config(format!(
                 "node {} is not one of the voters {:?}",
@@ -181,16 +204,16 @@ impl MetadataQuorum {
                 SnapshotPolicy::LogsSinceLast(config.snapshot_every)
             },
             max_in_snapshot_log_to_keep: config.keep_after_snapshot,
+            // A chunk and its request fit one frame (openraft's default is 3 MiB).
+            snapshot_max_chunk_size: (config.max_frame_bytes as u64 / 2).clamp(1, 3 << 20),
             ..Default::default()
         }
         .validate()
         .map_err(|e| QuorumError::Config(e.to_string()))?;
 
-        let accept = match &config.incoming {
-            Some(inbox) => Accept::Inbox(inbox.take().ok_or_else(|| {
-                QuorumError::Config("the raft connection inbox is already in use".into())
-            })?),
-            None => Accept::Listener(TcpListener::bind(config.listen).await?),
+        let listener = match &config.service {
+            Some(_) => None,
+            None => Some(TcpListener::bind(config.listen).await?),
         };
         let voters = Arc::new(config.voters.clone());
         let connect_timeout = Duration::from_millis(config.election_timeout_ms.clamp(100, 1000));
@@ -198,44 +221,71 @@ impl MetadataQuorum {
             node_id: config.node_id,
             voters: voters.clone(),
             connect_timeout,
+            max_frame: config.max_frame_bytes,
+            connector: connector.clone(),
         };
         let raft = Raft::new(config.node_id, Arc::new(raft_config), factory, log, sm)
             .await
             .map_err(fatal)?;
-        let server = match accept {
-            Accept::Listener(l) => tokio::spawn(network::serve(l, raft.clone(), config.node_id)),
-            Accept::Inbox(rx) => {
-                tokio::spawn(network::serve_incoming(rx, raft.clone(), config.node_id))
+        let server = match (listener, &config.service) {
+            (Some(l), _) => {
+                let (service, slot) = network::raft_service();
+                slot.start(raft.clone(), config.node_id)?;
+                Some(tokio::spawn(network::serve(
+                    l,
+                    service,
+                    config.max_frame_bytes,
+                )))
             }
+            (None, Some(slot)) => {
+                slot.start(raft.clone(), config.node_id)?;
+                None
+            }
+            (None, None) => unreachable!("a listener is bound when there is no service"),
         };
         let quorum = MetadataQuorum {
             node_id: config.node_id,
             metrics: raft.metrics(),
             raft,
-            server: Mutex::new(Some(server)),
+            server: Mutex::new(server),
+            service: config.service.clone(),
             propose_timeout: Duration::from_millis(config.propose_timeout_ms),
+            max_payload: config
+                .max_frame_bytes
+                .saturating_sub(wire::REQUEST_OVERHEAD),
         };
 
         let lowest = *config.voters.keys().next().expect("voters is not empty");
         if fresh && config.node_id == lowest {
-            quorum.bootstrap(&voters, connect_timeout).await?;
+            quorum
+                .bootstrap(&voters, connect_timeout, config.max_frame_bytes, connector)
+                .await?;
         }
         Ok(quorum)
     }
 
-    async fn bootstrap(
+    async fn bootstrap<C: Connector>(
         &self,
         voters: &BTreeMap<NodeId, SocketAddr>,
         timeout: Duration,
+        max_frame: usize,
+        connector: Arc<C>,
     ) -> Result<()> {
         // A voter whose directory was wiped must not bootstrap a cluster that exists.
         let mut probes = tokio::task::JoinSet::new();
         for (&id, &addr) in voters.iter().filter(|(&id, _)| id != self.node_id) {
-            let mut client = PeerClient::new(self.node_id, id, Some(addr), timeout);
-            probes.spawn(async move { (id, client.call(RpcRequest::Status, timeout).await) });
+            let mut client = PeerClient::new(
+                self.node_id,
+                id,
+                Some(addr),
+                timeout,
+                max_frame,
+                connector.clone(),
+            );
+            probes.spawn(async move { (id, client.call(RaftRpc::Status, timeout).await) });
         }
         while let Some(res) = probes.join_next().await {
-            if let Ok((id, Ok(RpcResponse::Status { initialized: true }))) = res {
+            if let Ok((id, Ok(RaftResponse::Status { initialized: true }))) = res {
                 tracing::info!(
                     peer = id,
                     "the metadata quorum exists already; not bootstrapping"
@@ -267,6 +317,14 @@ impl MetadataQuorum {
     /// a `NotLeader` from a leader that lost its leadership meanwhile, the entry may or may not
     /// be committed.
     pub async fn propose(&self, payload: Vec<u8>) -> Result<u64> {
+        // Every entry must fit one AppendEntries request to every voter; one that did not
+        // could never be replicated.
+        if payload.len() > self.max_payload {
+            return Err(QuorumError::PayloadTooLarge {
+                size: payload.len(),
+                max: self.max_payload,
+            });
+        }
         let write = self.raft.client_write(Payload(payload));
         match tokio::time::timeout(self.propose_timeout, write).await {
             Err(_) => Err(QuorumError::Timeout(self.propose_timeout)),
@@ -363,6 +421,9 @@ impl MetadataQuorum {
     /// Stops Raft and the listener. Idempotent.
     pub async fn shutdown(&self) -> Result<()> {
         let res = self.raft.shutdown().await;
+        if let Some(slot) = &self.service {
+            slot.stop();
+        }
         let server = self.server.lock().take();
         if let Some(server) = server {
             server.abort();
@@ -376,6 +437,9 @@ impl Drop for MetadataQuorum {
     fn drop(&mut self) {
         if let Some(server) = self.server.lock().take() {
             server.abort();
+        }
+        if let Some(slot) = &self.service {
+            slot.stop();
         }
     }
 }

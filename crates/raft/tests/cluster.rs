@@ -549,3 +549,76 @@ async fn a_single_voter_is_an_acknowledged_leader() {
     }
     c.shutdown().await;
 }
+
+/// Entries of about 2 KiB each, `range` of them.
+fn big_payloads(range: std::ops::Range<u32>) -> Vec<Vec<u8>> {
+    range
+        .map(|i| {
+            let mut p = format!("big-{i}-").into_bytes();
+            p.resize(2048, b'x');
+            p
+        })
+        .collect()
+}
+
+/// Every request between voters fits the frame bound (the broker's `socket.request.max.bytes`,
+/// here 16 KiB; each voter's listener refuses larger frames): a proposal that cannot fit one
+/// request is refused; a voter that was down catches up from the log with appends split under
+/// the bound (openraft's PayloadTooLarge hint), and, once the log behind a snapshot is purged,
+/// with a snapshot many times the bound sent in chunks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_and_snapshots_are_split_under_the_frame_bound() {
+    const BOUND: usize = 16 * 1024;
+    let mut c = Cluster::start_all(3, |cfg| {
+        cfg.max_frame_bytes = BOUND;
+        cfg.keep_after_snapshot = 0;
+        cfg.segment_bytes = 64 * 1024;
+    })
+    .await;
+    let leader = c.leader().await;
+    assert!(matches!(
+        c.q(leader).propose(vec![7; BOUND]).await,
+        Err(QuorumError::PayloadTooLarge { .. })
+    ));
+
+    let f = *c.running().iter().find(|&&id| id != leader).unwrap();
+    c.stop(f).await;
+    let mut want = big_payloads(0..100);
+    let mut last = 0;
+    for p in &want {
+        last = c.propose(p).await;
+    }
+    c.start(f).await;
+    c.wait_applied(&[f], last).await;
+    assert_eq!(
+        c.sm(f).restores.load(Ordering::Relaxed),
+        0,
+        "caught up from the log: 200 KiB of entries in appends of at most 16 KiB"
+    );
+    c.assert_same(&want);
+
+    c.stop(f).await;
+    let more = big_payloads(100..200);
+    for p in &more {
+        last = c.propose(p).await;
+    }
+    want.extend(more);
+    for id in c.running() {
+        c.wait_applied(&[id], last).await;
+        assert!(c.q(id).snapshot(WAIT).await.unwrap() >= last);
+    }
+    let leader = c.leader().await;
+    c.q(leader)
+        .wait_until(WAIT, |s| s.purged.filter(|&p| p >= last))
+        .await
+        .unwrap();
+    c.start(f).await;
+    c.wait_applied(&[f], last).await;
+    assert_eq!(
+        c.sm(f).restores.load(Ordering::Relaxed),
+        1,
+        "installed a snapshot of about 400 KiB in chunks under the bound"
+    );
+    c.assert_same(&want);
+    c.shutdown().await;
+}

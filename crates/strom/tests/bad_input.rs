@@ -254,10 +254,7 @@ fn api_versions_too_high_falls_back_to_v0_with_unsupported_version() {
         .collect();
     let expected: Vec<(i16, i16, i16)> = strom_broker::handlers::registry::api_versions(
         strom_broker::listeners::ListenerScope::Broker,
-    )
-    .iter()
-    .map(|&(k, min, max)| (k as i16, min, max))
-    .collect();
+    );
     let mut a = advertised.clone();
     a.sort();
     let mut e = expected.clone();

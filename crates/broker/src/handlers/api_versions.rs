@@ -6,13 +6,15 @@
 
 use std::sync::Arc;
 
+use bytes::BytesMut;
 use strom_protocol::kafka::messages::api_versions_response::{
     ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
 };
-use strom_protocol::kafka::messages::{ApiVersionsRequest, ApiVersionsResponse};
+use strom_protocol::kafka::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use strom_protocol::kafka::protocol::StrBytes;
+use strom_protocol::ErrorCode;
 
-use super::registry;
+use super::{encode, registry, HandleError};
 use crate::listeners::ListenerScope;
 use crate::request_context::RequestContext;
 use crate::server::Broker;
@@ -27,19 +29,50 @@ pub fn handle(
     ctx: &RequestContext,
     _req: ApiVersionsRequest,
 ) -> ApiVersionsResponse {
-    let resp = response(ctx.listener.scope, 0);
-    if ctx.api_version < 3 {
-        return resp;
-    }
     // The metadata position stands for the epoch of the finalized features (Kafka uses the
     // offset of the image they were read from): it only grows, so a client keeps the newest.
     let epoch = broker.image().offset as i64;
-    with_features(
-        resp,
+    build(
+        ctx.listener.scope,
         ctx.api_version,
         broker.config.transaction_version,
         epoch,
     )
+}
+
+/// The answer to ApiVersions at `version` on a listener of `scope`, with the features (v3+)
+/// at `transaction_version`, finalized at `features_epoch`.
+pub fn build(
+    scope: ListenerScope,
+    version: i16,
+    transaction_version: i16,
+    features_epoch: i64,
+) -> ApiVersionsResponse {
+    let resp = response(scope, 0);
+    if version < 3 {
+        return resp;
+    }
+    with_features(resp, version, transaction_version, features_epoch)
+}
+
+/// The framed answer to an ApiVersions request (a pre-authentication API: it needs nothing of
+/// the connection but its listener; the fuzz target runs it on untrusted requests).
+pub fn answer(
+    scope: ListenerScope,
+    version: i16,
+    correlation_id: i32,
+    transaction_version: i16,
+    features_epoch: i64,
+) -> Result<BytesMut, HandleError> {
+    let resp = build(scope, version, transaction_version, features_epoch);
+    encode(ApiKey::ApiVersions, version, correlation_id, &resp)
+}
+
+/// The answer to ApiVersions at a version Strom does not speak: v0 with UNSUPPORTED_VERSION
+/// and the supported ranges, so the client can retry at one of them (Kafka's fallback).
+pub fn fallback(scope: ListenerScope, correlation_id: i32) -> Result<BytesMut, HandleError> {
+    let resp = response(scope, ErrorCode::UnsupportedVersion.code());
+    encode(ApiKey::ApiVersions, 0, correlation_id, &resp)
 }
 
 /// Kafka's `ApiVersionsResponse.createApiVersionsResponse` feature fields: below v4 a feature
@@ -79,7 +112,7 @@ pub fn response(scope: ListenerScope, error_code: i16) -> ApiVersionsResponse {
         .into_iter()
         .map(|(key, min, max)| {
             ApiVersion::default()
-                .with_api_key(key as i16)
+                .with_api_key(key)
                 .with_min_version(min)
                 .with_max_version(max)
         })

@@ -4,7 +4,7 @@
 //! body with the generated `kafka-protocol` structs and encodes the response with its header).
 //! Each handler module maps internal errors to the codes its API uses.
 
-mod api_versions;
+pub mod api_versions;
 mod configs;
 mod delete_records;
 mod describe_cluster;
@@ -24,6 +24,7 @@ mod offset_for_leader_epoch;
 mod produce;
 #[cfg(test)]
 mod purgatory_tests;
+pub(crate) mod raft;
 mod reassignments;
 pub mod registry;
 mod topics;
@@ -34,9 +35,9 @@ mod write_txn_markers;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use strom_protocol::frame;
 use strom_protocol::kafka::messages::*;
 use strom_protocol::kafka::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
-use strom_protocol::{frame, ErrorCode};
 use thiserror::Error;
 
 use crate::connection::ConnectionInfo;
@@ -70,8 +71,20 @@ pub enum HandleError {
         version: i16,
         reason: String,
     },
+    #[error("cannot decode the header of a {api} v{version} request: {reason}")]
+    PrivateHeader {
+        api: &'static str,
+        version: i16,
+        reason: String,
+    },
+    /// A Raft request the quorum refused (an undecodable body, or the voter has stopped).
+    #[error("raft request: {0}")]
+    Raft(#[from] strom_raft::QuorumError),
     #[error("error in a produce with acks=0: closing so the client notices")]
     AcksZeroFailure,
+    /// The broker is shutting down and takes no new request.
+    #[error("the broker is shutting down")]
+    ShuttingDown,
 }
 
 /// What dispatch makes of a request frame before running its handler.
@@ -85,6 +98,13 @@ pub enum ParsedRequest {
     /// ApiVersions at a version Strom does not speak: answered at v0 with UNSUPPORTED_VERSION
     /// and the supported ranges, so the client can retry (Kafka's fallback).
     ApiVersionsFallback { correlation_id: i32 },
+    /// A Raft RPC between the controller quorum's voters ([`registry::RAFT`], controller
+    /// listeners only): its body goes to the quorum.
+    Raft {
+        header: RequestHeader,
+        /// The body, after the header.
+        body: Bytes,
+    },
 }
 
 /// Looks the request up in the registry for a listener of `scope` and decodes its header. An
@@ -92,6 +112,24 @@ pub enum ParsedRequest {
 /// API not enabled on a listener (and ApiVersions on that listener does not list it).
 pub fn parse_request(payload: &Bytes, scope: ListenerScope) -> Result<ParsedRequest, HandleError> {
     let prefix = frame::peek_header(payload).ok_or(HandleError::Malformed)?;
+    if let Some(api) = registry::lookup_private(prefix.api_key, scope) {
+        let version = prefix.api_version;
+        if !api.serves(version) {
+            return Err(HandleError::UnsupportedVersion {
+                api_key: prefix.api_key,
+                version,
+            });
+        }
+        let mut body = payload.clone();
+        let header = RequestHeader::decode(&mut body, api.request_header_version).map_err(|e| {
+            HandleError::PrivateHeader {
+                api: api.name,
+                version,
+                reason: e.to_string(),
+            }
+        })?;
+        return Ok(ParsedRequest::Raft { header, body });
+    }
     let api_key =
         ApiKey::try_from(prefix.api_key).map_err(|_| HandleError::UnknownApi(prefix.api_key))?;
     let version = prefix.api_version;
@@ -132,11 +170,26 @@ pub async fn handle(
     conn: &mut ConnectionInfo,
     payload: Bytes,
 ) -> Result<Option<BytesMut>, HandleError> {
+    let parsed = parse_request(&payload, conn.listener.scope)?;
+    handle_parsed(broker, conn, parsed, payload).await
+}
+
+/// [`handle`] after [`parse_request`].
+pub(crate) async fn handle_parsed(
+    broker: &Arc<Broker>,
+    conn: &mut ConnectionInfo,
+    parsed: ParsedRequest,
+    payload: Bytes,
+) -> Result<Option<BytesMut>, HandleError> {
     let scope = conn.listener.scope;
-    let (entry, header, body) = match parse_request(&payload, scope)? {
+    let (entry, header, body) = match parsed {
         ParsedRequest::ApiVersionsFallback { correlation_id } => {
-            let resp = api_versions::response(scope, ErrorCode::UnsupportedVersion.code());
-            return encode(ApiKey::ApiVersions, 0, correlation_id, &resp).map(Some);
+            return api_versions::fallback(scope, correlation_id).map(Some);
+        }
+        // The controller listener's dispatch hands Raft to the quorum before a request gets
+        // here (it needs no broker); nothing else parses as Raft.
+        ParsedRequest::Raft { .. } => {
+            return Err(HandleError::UnknownApi(registry::RAFT.key));
         }
         ParsedRequest::Request {
             entry,

@@ -9,6 +9,12 @@
 //! AlterPartition, AllocateProducerIds, Envelope) are on controller listeners only; admin APIs
 //! decided by the controller are on both; the data-plane APIs on broker listeners only.
 //!
+//! Strom-private APIs ([`PRIVATE`]) have keys no Kafka API has: today Raft between the
+//! controller quorum's voters ([`RAFT`], `strom_raft::wire`), on controller listeners only.
+//! Their requests are not decoded with `kafka-protocol` structs and need no broker: the
+//! controller listener's dispatch hands a Raft body to the quorum, which is served from
+//! start-up on, before the broker exists.
+//!
 //! Adding an API: a handler module with `async fn(&Arc<Broker>, Request, ...) -> Response` and
 //! one `api!` line below (or a hand-written [`HandlerFn`] when the handler needs the
 //! [`RequestContext`] or decides itself whether to answer).
@@ -597,6 +603,45 @@ pub static REGISTRY: &[ApiEntry] = &[
     },
 ];
 
+/// A Strom-private API: a key no Kafka API has, served only on the listeners of its scopes,
+/// never forwarded, listed by ApiVersions only where it is served.
+pub struct PrivateApi {
+    pub key: i16,
+    pub name: &'static str,
+    pub min_version: i16,
+    pub max_version: i16,
+    pub scopes: Scopes,
+    pub request_header_version: i16,
+}
+
+impl PrivateApi {
+    pub fn serves(&self, version: i16) -> bool {
+        (self.min_version..=self.max_version).contains(&version)
+    }
+}
+
+/// Raft between the controller quorum's voters, as Kafka's KRaft carries its Raft RPCs on the
+/// controller listener (and Kafka's `ControllerApis` authorizes them with CLUSTER_ACTION).
+pub static RAFT: PrivateApi = PrivateApi {
+    key: strom_raft::wire::API_KEY,
+    name: strom_raft::wire::API_NAME,
+    min_version: strom_raft::wire::MIN_VERSION,
+    max_version: strom_raft::wire::MAX_VERSION,
+    scopes: CONTROLLER,
+    request_header_version: strom_raft::wire::REQUEST_HEADER_VERSION,
+};
+
+/// Every Strom-private API.
+pub static PRIVATE: &[&PrivateApi] = &[&RAFT];
+
+/// The private API `api_key` if a listener of `scope` serves it.
+pub fn lookup_private(api_key: i16, scope: ListenerScope) -> Option<&'static PrivateApi> {
+    PRIVATE
+        .iter()
+        .copied()
+        .find(|e| e.key == api_key && e.scopes.contains(scope))
+}
+
 /// The entry for `api_key` if a listener of `scope` serves it.
 pub fn lookup(api_key: i16, scope: ListenerScope) -> Option<&'static ApiEntry> {
     REGISTRY
@@ -604,13 +649,18 @@ pub fn lookup(api_key: i16, scope: ListenerScope) -> Option<&'static ApiEntry> {
         .find(|e| e.key as i16 == api_key && e.scopes.contains(scope))
 }
 
-/// `(api, min, max)` as ApiVersions on a listener of `scope` advertises them.
-pub fn api_versions(scope: ListenerScope) -> Vec<(ApiKey, i16, i16)> {
-    REGISTRY
+/// `(api key, min, max)` as ApiVersions on a listener of `scope` advertises them: the Kafka
+/// APIs, then the private ones.
+pub fn api_versions(scope: ListenerScope) -> Vec<(i16, i16, i16)> {
+    let kafka = REGISTRY
         .iter()
         .filter(|e| e.scopes.contains(scope))
-        .map(|e| (e.key, e.min_version, e.max_version))
-        .collect()
+        .map(|e| (e.key as i16, e.min_version, e.max_version));
+    let private = PRIVATE
+        .iter()
+        .filter(|e| e.scopes.contains(scope))
+        .map(|e| (e.key, e.min_version, e.max_version));
+    kafka.chain(private).collect()
 }
 
 #[cfg(test)]
@@ -630,6 +680,11 @@ mod tests {
             );
             assert!(e.min_version <= e.max_version);
             assert!(e.scopes.broker || e.scopes.controller, "{:?}", e.key);
+        }
+        for p in PRIVATE {
+            assert!(ApiKey::try_from(p.key).is_err(), "{} is a Kafka key", p.key);
+            assert!(p.min_version <= p.max_version);
+            assert!(!p.scopes.broker, "{} on a client listener", p.name);
         }
         let mut keys: Vec<i16> = REGISTRY.iter().map(|e| e.key as i16).collect();
         keys.sort();
@@ -657,6 +712,15 @@ mod tests {
             );
         }
         assert!(lookup(ApiKey::Produce as i16, ListenerScope::Controller).is_none());
+        // Raft: controller listeners only, listed only there.
+        assert!(lookup_private(RAFT.key, ListenerScope::Broker).is_none());
+        assert!(lookup_private(RAFT.key, ListenerScope::Controller).is_some());
+        assert!(api_versions(ListenerScope::Controller)
+            .iter()
+            .any(|&(k, _, _)| k == RAFT.key));
+        assert!(!api_versions(ListenerScope::Broker)
+            .iter()
+            .any(|&(k, _, _)| k == RAFT.key));
         assert!(lookup(ApiKey::ApiVersions as i16, ListenerScope::Controller).is_some());
         assert!(lookup(9999, ListenerScope::Broker).is_none());
     }
