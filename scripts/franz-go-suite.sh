@@ -213,7 +213,7 @@ L4J
 
 # ---- results ---------------------------------------------------------------------------------
 # Top-level tests only (subtests are part of their parent's result); a test that started but
-# never ended (a panic or the timeout) counts as failed. The events are filtered as a stream
+# never ended (the binary panicked or timed out) is "unfinished", and counts as a failure. The events are filtered as a stream
 # first: slurping the whole output would take gigabytes.
 summarize() { # DIR
     jq -j 'select(.Action == "output") | .Output' "$1/kgo.json" > "$1/kgo.log"
@@ -226,10 +226,13 @@ summarize() { # DIR
         | [ .[] | select(.Action == "skip") | .Test ] as $skip
         | [ .[] | select(.Action == "run") | .Test ] as $run
         | ($run - $pass - $fail - $skip) as $unfinished
-        | "pass \($pass | length)  fail \(($fail + $unfinished) | length)  skip \($skip | length)  (of \($run | length) run)",
-          ( ($fail + $unfinished) | unique[] | "FAIL " + . ),
+        | "pass \($pass | length)  fail \($fail | length)  skip \($skip | length)  unfinished \($unfinished | length)  (of \($run | length) started)",
+          ( $fail | unique[] | "FAIL " + . ),
+          ( $unfinished | unique[] | "UNFINISHED " + . ),
           ( $skip | unique[] | "skip " + . )
     ' "$1/results.json"
+    # A panic (e.g. a test's goroutine failing after its test ended) stops the whole binary.
+    grep -m1 -A1 '^panic: ' "$1/kgo.log" | sed 's/^/binary stopped: /' || true
     echo "log: $1/kgo.log"
 }
 
@@ -257,4 +260,4 @@ elapsed=$(( SECONDS - start_s ))
 summary="$(summarize "$dir")"
 echo "franz-go $FRANZ_VERSION pkg/kgo on $system, $nodes node(s), KGO_TEST_RF=$rf${run_re:+, -run $run_re}, count $count: ${elapsed}s"
 echo "$summary"
-if grep -q '^FAIL ' <<< "$summary" || (( status != 0 )); then exit 1; fi
+if grep -q '^FAIL \|^UNFINISHED ' <<< "$summary" || (( status != 0 )); then exit 1; fi
