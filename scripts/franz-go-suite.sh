@@ -12,6 +12,7 @@
 #   --timeout DUR   go test -timeout (default 30m)
 #   --dir DIR       where data and logs go (default: a new /tmp/franz-go-suite.XXXXXX, kept)
 #   --set KEY=VAL   an extra broker config for every node (repeatable)
+#   --keep-data     keep the brokers' data (by default only their logs are kept)
 #
 # Environment: STROM_BIN (default target/release/strom, else target/debug/strom; built with
 # `cargo build --release -p strom` when neither exists), KGO_TEST_RF (default NODES),
@@ -40,7 +41,7 @@ esac
 nodes=1
 if [[ "${1:-}" =~ ^[0-9]+$ ]]; then nodes="$1"; shift; fi
 (( nodes >= 1 )) || usage
-run_re="" count=1 timeout=30m dir="" sets=()
+run_re="" count=1 timeout=30m dir="" sets=() keep_data=0
 while (( $# )); do
     case "$1" in
         --run) run_re="${2:?}"; shift 2 ;;
@@ -48,6 +49,7 @@ while (( $# )); do
         --timeout) timeout="${2:?}"; shift 2 ;;
         --dir) dir="${2:?}"; shift 2 ;;
         --set) sets+=("${2:?}"); shift 2 ;;
+        --keep-data) keep_data=1; shift ;;
         *) usage ;;
     esac
 done
@@ -105,14 +107,19 @@ wait_port() { # PORT PID WHAT LOGFILE
     log "$3 did not listen on $1 within 90 s"; exit 1
 }
 
-pids=()
+pids=() test_pid=""
 cleanup() {
     local p
+    if [[ -n "$test_pid" ]]; then kill -TERM -- "-$test_pid" 2>/dev/null || true; fi
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do
         for _ in $(seq 1 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
         kill -KILL "$p" 2>/dev/null || true
     done
+    # The partitions' data (gigabytes after a full run); the nodes' logs stay.
+    if (( ! keep_data )) && [[ "$system" != summary ]]; then
+        find "$dir" -mindepth 2 -maxdepth 2 -path "$dir/node-*" -type d -exec rm -rf {} + || true
+    fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -152,6 +159,8 @@ start_strom() {
         for (( i = 0; i < nodes; i++ )); do
             wait_port $((base + i)) "${pids[0]}" "strom dev-cluster" "$dir/dev-cluster.log"
         done
+        # Its nodes too, should it exit without stopping them.
+        pids+=($(sed -n 's/^node [0-9]*: pid \([0-9]*\) .*/\1/p' "$dir/dev-cluster.log"))
     fi
     for (( i = 0; i < nodes; i++ )); do seeds+=("127.0.0.1:$((base + i))"); done
     SEEDS="$(IFS=,; echo "${seeds[*]}")"
@@ -250,11 +259,16 @@ targs=(-test.v=test2json "-test.timeout=$timeout" "-test.count=$count")
 [[ -n "$run_re" ]] && targs+=("-test.run=$run_re")
 start_s=$SECONDS
 set +e
-# The tests run from their package directory, as `go test` runs them.
-(cd "$CACHE/src/pkg/kgo" && KGO_SEEDS="$SEEDS" KGO_TEST_RF="$rf" \
+# The tests run from their package directory, as `go test` runs them; in the background, so
+# that a signal to this script stops them (and the brokers) at once.
+# setsid: its own process group (test2json and the test binary), stopped as one.
+(cd "$CACHE/src/pkg/kgo" && KGO_SEEDS="$SEEDS" KGO_TEST_RF="$rf" exec setsid \
     go tool test2json -t -p github.com/twmb/franz-go/pkg/kgo "$CACHE/kgo.test" "${targs[@]}") \
-    > "$dir/kgo.json" 2> "$dir/kgo.stderr"
+    > "$dir/kgo.json" 2> "$dir/kgo.stderr" &
+test_pid=$!
+wait "$test_pid"
 status=$?
+test_pid=""
 set -e
 elapsed=$(( SECONDS - start_s ))
 summary="$(summarize "$dir")"
