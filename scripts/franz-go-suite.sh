@@ -13,6 +13,8 @@
 #   --dir DIR       where data and logs go (default: a new /tmp/franz-go-suite.XXXXXX, kept)
 #   --set KEY=VAL   an extra broker config for every node (repeatable)
 #   --keep-data     keep the brokers' data (by default only their logs are kept)
+#   --exec CMD      run CMD (with bash -c) instead of the tests, against the same fresh cluster:
+#                   KGO_SEEDS, KGO_TEST_RF and SUITE_NODE_PIDS ("1:PID,2:PID,...") are set
 #
 # Environment: STROM_BIN (default target/release/strom, else target/debug/strom; built with
 # `cargo build --release -p strom` when neither exists), KGO_TEST_RF (default NODES),
@@ -41,7 +43,7 @@ esac
 nodes=1
 if [[ "${1:-}" =~ ^[0-9]+$ ]]; then nodes="$1"; shift; fi
 (( nodes >= 1 )) || usage
-run_re="" count=1 timeout=30m dir="" sets=() keep_data=0
+run_re="" count=1 timeout=30m dir="" sets=() keep_data=0 exec_cmd=""
 while (( $# )); do
     case "$1" in
         --run) run_re="${2:?}"; shift 2 ;;
@@ -50,6 +52,7 @@ while (( $# )); do
         --dir) dir="${2:?}"; shift 2 ;;
         --set) sets+=("${2:?}"); shift 2 ;;
         --keep-data) keep_data=1; shift ;;
+        --exec) exec_cmd="${2:?}"; shift 2 ;;
         *) usage ;;
     esac
 done
@@ -111,7 +114,8 @@ pids=() test_pid=""
 cleanup() {
     local p
     if [[ -n "$test_pid" ]]; then kill -TERM -- "-$test_pid" 2>/dev/null || true; fi
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    # (SIGCONT first: an --exec command may have paused a node.)
+    for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do
         for _ in $(seq 1 300); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
         kill -KILL "$p" 2>/dev/null || true
@@ -150,6 +154,7 @@ start_strom() {
         "$bin" server --node-id 1 --listen "127.0.0.1:$base" --data-dir "$dir/node-1" "${args[@]}" \
             > "$dir/node-1/server.log" 2>&1 < /dev/null &
         pids+=($!)
+        NODE_PIDS="1:$!"
         wait_port "$base" "$!" "strom" "$dir/node-1/server.log"
     else
         # dev-cluster stops its nodes on SIGTERM.
@@ -161,6 +166,8 @@ start_strom() {
         done
         # Its nodes too, should it exit without stopping them.
         pids+=($(sed -n 's/^node [0-9]*: pid \([0-9]*\) .*/\1/p' "$dir/dev-cluster.log"))
+        NODE_PIDS="$(sed -n 's/^node \([0-9]*\): pid \([0-9]*\) .*/\1:\2/p' "$dir/dev-cluster.log" \
+            | paste -sd,)"
     fi
     for (( i = 0; i < nodes; i++ )); do seeds+=("127.0.0.1:$((base + i))"); done
     SEEDS="$(IFS=,; echo "${seeds[*]}")"
@@ -213,9 +220,11 @@ L4J
             -cp "$cp" kafka.Kafka "$nd/server.properties" > "$nd/stdout.log" 2>&1 < /dev/null &
         pids+=($!)
     done
+    NODE_PIDS=""
     for (( i = 0; i < nodes; i++ )); do
         wait_port $((base + i)) "${pids[$i]}" "kafka node $((i + 1))" "$dir/node-$((i + 1))/stdout.log"
         seeds+=("127.0.0.1:$((base + i))")
+        NODE_PIDS+="${NODE_PIDS:+,}$((i + 1)):${pids[$i]}"
     done
     SEEDS="$(IFS=,; echo "${seeds[*]}")"
 }
@@ -255,6 +264,10 @@ test_binary
 "start_$system"
 rf="${KGO_TEST_RF:-$nodes}"
 log "$system, $nodes node(s), seeds $SEEDS, KGO_TEST_RF=$rf, data and logs in $dir"
+if [[ -n "$exec_cmd" ]]; then
+    KGO_SEEDS="$SEEDS" KGO_TEST_RF="$rf" SUITE_NODE_PIDS="$NODE_PIDS" bash -c "$exec_cmd"
+    exit $?
+fi
 targs=(-test.v=test2json "-test.timeout=$timeout" "-test.count=$count")
 [[ -n "$run_re" ]] && targs+=("-test.run=$run_re")
 start_s=$SECONDS
