@@ -148,24 +148,56 @@ fn a_v2_marker_at_the_verifications_epoch_keeps_its_guard() {
     // EndTxn(commit) at epoch 0 answered epoch 1; the next transaction's first produce here.
     let g1 = m.maybe_start_transaction_verification(1, 0, 1, true, 20);
     assert!(!g1.is_sentinel());
-    append_tv(&mut m, marker(1, 1, TxnResult::Commit), 1, COORDINATOR, SENTINEL, 2).unwrap();
+    append_tv(
+        &mut m,
+        marker(1, 1, TxnResult::Commit),
+        1,
+        COORDINATOR,
+        SENTINEL,
+        2,
+    )
+    .unwrap();
     assert_eq!(m.verification_guard(1), g1);
     assert_eq!(append(&mut m, txn(1, 1, 0), 2, CLIENT, g1), Ok(()));
     assert_eq!(m.verification_guard(1), SENTINEL);
 
     // A marker at another epoch (the coordinator fencing a timed-out transaction) still voids
     // the verification, and so does the same marker for a transactions-v1 client's.
-    append_tv(&mut m, marker(1, 2, TxnResult::Abort), 3, COORDINATOR, SENTINEL, 2).unwrap();
+    append_tv(
+        &mut m,
+        marker(1, 2, TxnResult::Abort),
+        3,
+        COORDINATOR,
+        SENTINEL,
+        2,
+    )
+    .unwrap();
     assert!(!m
         .maybe_start_transaction_verification(1, 0, 2, true, 30)
         .is_sentinel());
-    append_tv(&mut m, marker(1, 3, TxnResult::Abort), 4, COORDINATOR, SENTINEL, 2).unwrap();
+    append_tv(
+        &mut m,
+        marker(1, 3, TxnResult::Abort),
+        4,
+        COORDINATOR,
+        SENTINEL,
+        2,
+    )
+    .unwrap();
     assert_eq!(m.verification_guard(1), SENTINEL);
     let (_d, mut m) = psm();
     let g0 = m.maybe_start_transaction_verification(1, 0, 0, false, 10);
     append(&mut m, txn(1, 0, 0), 0, CLIENT, g0).unwrap();
     let g1 = m.maybe_start_transaction_verification(1, 0, 1, false, 20);
-    append_tv(&mut m, marker(1, 1, TxnResult::Commit), 1, COORDINATOR, SENTINEL, 2).unwrap();
+    append_tv(
+        &mut m,
+        marker(1, 1, TxnResult::Commit),
+        1,
+        COORDINATOR,
+        SENTINEL,
+        2,
+    )
+    .unwrap();
     assert_eq!(m.verification_guard(1), SENTINEL);
     assert!(matches!(
         append(&mut m, txn(1, 1, 0), 2, CLIENT, g1),
@@ -177,7 +209,10 @@ fn a_v2_marker_at_the_verifications_epoch_keeps_its_guard() {
 fn no_batch_overtakes_the_lowest_sequence_seen_while_verifying() {
     let (_d, mut m) = psm();
     let g = m.maybe_start_transaction_verification(1, 5, 0, false, 10);
-    assert_eq!(m.maybe_start_transaction_verification(1, 3, 0, false, 10), g);
+    assert_eq!(
+        m.maybe_start_transaction_verification(1, 3, 0, false, 10),
+        g
+    );
     assert!(matches!(
         append(&mut m, txn(1, 0, 5), 0, CLIENT, g),
         Err(ProducerStateError::OutOfOrderSequence(_))

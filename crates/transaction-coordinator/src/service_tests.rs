@@ -486,9 +486,15 @@ async fn an_end_txn_during_the_previous_markers_waits_for_them() {
     assert_eq!(e.end(FIRST_PID, 1, false, 5).await.error_code, concurrent);
     assert_eq!(e.end(FIRST_PID, 1, true, 5).await.error_code, concurrent);
     assert_eq!(e.end(FIRST_PID, 0, true, 5).await.error_code, concurrent);
-    assert_eq!(e.end(FIRST_PID + 7, 1, false, 5).await.error_code, concurrent);
+    assert_eq!(
+        e.end(FIRST_PID + 7, 1, false, 5).await.error_code,
+        concurrent
+    );
     // InitProducerId too, whatever producer id it expects.
-    assert_eq!(e.init(ID, Some((FIRST_PID + 7, 3)), 5).await.error_code, concurrent);
+    assert_eq!(
+        e.init(ID, Some((FIRST_PID + 7, 3)), 5).await.error_code,
+        concurrent
+    );
     e.markers.held.send_replace(false);
     e.wait_state(ID, "CompleteCommit").await;
     // Then the abort is the next transaction's, with nothing in it: the epoch is bumped.
