@@ -555,20 +555,26 @@ impl Partition {
 
     /// Kafka's `maybeStartTransactionVerification` on the leader: the guard a produce's
     /// transactional batch carries through its verification with the transaction coordinator
-    /// (the sentinel if the producer's transaction is open here: nothing to verify).
+    /// (the sentinel if the producer's transaction is open here: nothing to verify;
+    /// `supports_epoch_bump`: the produce is a transactions-v2 client's).
     pub fn maybe_start_transaction_verification(
         &self,
         producer_id: i64,
         sequence: i32,
         epoch: i16,
+        supports_epoch_bump: bool,
         now_ms: i64,
     ) -> Result<VerificationGuard, PartitionError> {
         let st = self.state.read();
         self.check_leader(&st)?;
         let mut log = self.lock_log(&st);
-        Ok(log
-            .log
-            .maybe_start_transaction_verification(producer_id, sequence, epoch, now_ms))
+        Ok(log.log.maybe_start_transaction_verification(
+            producer_id,
+            sequence,
+            epoch,
+            supports_epoch_bump,
+            now_ms,
+        ))
     }
 
     /// [`Self::append_records_to_leader_with_txn_version`] with the guard of the KIP-890

@@ -69,18 +69,21 @@ impl UnifiedLog {
 
     /// Kafka's `UnifiedLog.maybeStartTransactionVerification`: the guard a client's
     /// transactional batch must carry once the coordinator verified it (the sentinel when the
-    /// producer's transaction is open here at `epoch`: nothing to verify).
+    /// producer's transaction is open here at `epoch`: nothing to verify;
+    /// `supports_epoch_bump`: the produce is a transactions-v2 client's).
     pub fn maybe_start_transaction_verification(
         &mut self,
         producer_id: i64,
         sequence: i32,
         epoch: i16,
+        supports_epoch_bump: bool,
         now_ms: i64,
     ) -> VerificationGuard {
         self.producer_state.maybe_start_transaction_verification(
             producer_id,
             sequence,
             epoch,
+            supports_epoch_bump,
             now_ms,
         )
     }

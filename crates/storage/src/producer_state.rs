@@ -163,9 +163,9 @@ pub struct ProducerAppend {
     started: Vec<TxnMetadata>,
     /// In log order.
     pub completed: Vec<CompletedTxn>,
-    /// Producers with a transactional batch or marker in the append: their verification (if
-    /// any) is over once it is written.
-    transactional_producers: Vec<i64>,
+    /// Producers with a transactional batch or marker in the append that ends their
+    /// verification (if any) once it is written.
+    verifications_ended: Vec<i64>,
 }
 
 /// The outcome of checking a client append.
@@ -365,19 +365,21 @@ impl ProducerStateManager {
 
     /// Kafka's `maybeStartTransactionVerification`: the sentinel when the producer's
     /// transaction is open here already (nothing to verify), else the guard of its
-    /// verification, started now if none is under way.
+    /// verification, started now if none is under way (`supports_epoch_bump`: the produce is
+    /// a transactions-v2 client's).
     pub fn maybe_start_transaction_verification(
         &mut self,
         producer_id: i64,
         sequence: i32,
         epoch: i16,
+        supports_epoch_bump: bool,
         now_ms: i64,
     ) -> VerificationGuard {
         if self.has_ongoing_transaction(producer_id, epoch) {
             return VerificationGuard::SENTINEL;
         }
         self.verification
-            .maybe_create(producer_id, sequence, epoch, now_ms)
+            .maybe_create(producer_id, sequence, epoch, supports_epoch_bump, now_ms)
             .guard
     }
 
@@ -533,8 +535,14 @@ impl ProducerStateManager {
                     return Ok(Prepared::Duplicate(dup));
                 }
             }
-            if b.is_transactional && !append.transactional_producers.contains(&b.producer_id) {
-                append.transactional_producers.push(b.producer_id);
+            if b.is_transactional
+                && !append.verifications_ended.contains(&b.producer_id)
+                && self
+                    .verification
+                    .get(b.producer_id)
+                    .is_some_and(|v| v.is_ended_by(b.is_control, b.producer_epoch))
+            {
+                append.verifications_ended.push(b.producer_id);
             }
             if origin == AppendOrigin::Client && self.verification_enabled && !b.is_control {
                 self.check_verification(b, request_guard)?;
@@ -648,7 +656,7 @@ impl ProducerStateManager {
             self.producers.insert(*id, e.clone());
         }
         // Written: the transaction is open (or over) in the log, the verification done with.
-        for id in &append.transactional_producers {
+        for id in &append.verifications_ended {
             self.verification.clear(*id);
         }
         for t in &append.started {

@@ -7,10 +7,13 @@
 //!   nothing is written; once added (AddPartitionsToTxn v3), it is appended.
 //! - Part 2 (transactions v2, the default `transaction.version=2`): ApiVersions finalizes the
 //!   feature; a Produce v12 adds the partition itself; an EndTxn v5 bumps the epoch; an EndTxn
-//!   delayed past the next transaction's start can neither commit nor abort that transaction.
+//!   delayed past the next transaction's start can neither commit nor abort that transaction;
+//!   an EndTxn while the previous commit's markers are still being written waits for them
+//!   (CONCURRENT_TRANSACTIONS), whatever its epoch.
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -480,5 +483,112 @@ fn a_remote_coordinator_verifies_and_adds_partitions() {
             assert_eq!(parts, vec![(topic.to_string(), partition)]);
             assert_eq!(end_txn(cc, 5, id, *pid, *epoch, false).await.0, 0);
         }
+    });
+}
+
+/// Sends `sig` (`-STOP`, `-CONT`) to node `id`'s process.
+fn signal_node(c: &Cluster, id: i32, sig: &str) {
+    let pid = c
+        .nodes
+        .iter()
+        .find(|n| n.id == id)
+        .and_then(|n| n.child.as_ref())
+        .expect("node running")
+        .id();
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// Transactions v2 while the commit's markers cannot be written yet (the leader of the
+/// transaction's partition is paused with SIGSTOP): the client holds the epoch the commit
+/// returned, and its next EndTxn(abort) with it — an empty transaction's end — is answered
+/// CONCURRENT_TRANSACTIONS until the markers are written, then bumps the epoch again. Kafka's
+/// `TransactionCoordinator.endTransaction` checks the pending CompleteCommit before the epoch
+/// (KAFKA-18464); PRODUCER_FENCED here (Strom before) is fatal to the producer, which franz-go's
+/// `TestTxnEtl` hit on 3 nodes.
+#[test]
+fn an_abort_while_the_commits_markers_wait_is_concurrent_transactions() {
+    if reference_kafka() {
+        // It needs a partition on another broker than the coordinator.
+        return;
+    }
+    // __transaction_state on one replica: the paused node must not hold up the coordinator's
+    // own writes (acks=all) while it is still in their ISR.
+    let c = Cluster::start_with(
+        3,
+        &[
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+        ],
+    );
+    wait_all_registered(&c, 3);
+    let topic = "abort-while-markers-wait";
+    let id = "tx-abort-while-markers-wait";
+    common::cluster::create_topic(&c, &[1, 2, 3], topic, 3, 1).unwrap();
+    // Every node knows the partitions (a coordinator that does not would take the topic for
+    // deleted and drop its markers, as Kafka's marker channel does).
+    let (_, _, leaders) = eventually("partition leaders on every node", || {
+        let mds: Vec<_> = (1..=3).map(|n| metadata(&c, n, topic)).collect();
+        let known = |md: &(Vec<i32>, i32, BTreeMap<i32, i32>)| {
+            md.2.len() == 3 && md.2.values().all(|l| *l > 0)
+        };
+        mds.iter().all(known).then(|| mds[0].clone())
+    });
+    block_on(async {
+        let any = connect_to(&format!("127.0.0.1:{}", port_of(&c, 1))).await;
+        let coordinator = find_coordinator(&any, id).await;
+        let coord = connect_to(&format!("127.0.0.1:{}", port_of(&c, coordinator))).await;
+        let (pid, e0) = init(&coord, id).await;
+        let (&partition, &leader) = leaders
+            .iter()
+            .find(|(_, l)| **l != coordinator)
+            .expect("a partition led elsewhere");
+        let lc = connect_to(&format!("127.0.0.1:{}", port_of(&c, leader))).await;
+        let tp = (topic, partition);
+        let mut produced = produce_to(&lc, 12, tp, id, (pid, e0, 0)).await;
+        for _ in 0..100 {
+            // The coordinator's partition may still be loading (NOT_ENOUGH_REPLICAS).
+            if produced.0 != NOT_ENOUGH_REPLICAS {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            produced = produce_to(&lc, 12, tp, id, (pid, e0, 0)).await;
+        }
+        assert_eq!(produced, (0, 0));
+        let before = describe(&coord, id).await;
+        assert_eq!(
+            before,
+            (
+                "Ongoing".to_string(),
+                e0,
+                vec![(topic.to_string(), partition)]
+            )
+        );
+
+        signal_node(&c, leader, "-STOP");
+        let (err, _, e1) = end_txn(&coord, 5, id, pid, e0, true).await;
+        assert_eq!((err, e1), (0, e0 + 1));
+        let state = describe(&coord, id).await;
+        let concurrent = [
+            end_txn(&coord, 5, id, pid, e1, false).await.0,
+            end_txn(&coord, 5, id, pid, e0, true).await.0,
+        ];
+        signal_node(&c, leader, "-CONT");
+        assert_eq!(state.0, "PrepareCommit", "{state:?}");
+        assert_eq!(concurrent, [CONCURRENT_TRANSACTIONS; 2]);
+
+        wait_state(&coord, id, "CompleteCommit").await;
+        let (err, _, e2) = end_txn(&coord, 5, id, pid, e1, false).await;
+        assert_eq!((err, e2), (0, e1 + 1));
+        wait_state(&coord, id, "CompleteAbort").await;
+        assert_eq!(
+            log_end_of(&lc, topic, partition).await,
+            2,
+            "record and commit marker"
+        );
     });
 }

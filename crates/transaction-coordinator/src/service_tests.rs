@@ -22,12 +22,24 @@ impl ProducerIdSource for Pids {
 }
 
 /// Records every request; answers the scripted outcomes first, then Written.
-#[derive(Default)]
 struct Markers {
     sent: Mutex<Vec<TxnMarkerEntry>>,
     script: Mutex<VecDeque<MarkerOutcome>>,
     /// Partitions whose topic is gone.
     deleted: Mutex<BTreeSet<TxnPartition>>,
+    /// While true, requests wait (a partition leader that does not answer yet).
+    held: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for Markers {
+    fn default() -> Self {
+        Self {
+            sent: Mutex::default(),
+            script: Mutex::default(),
+            deleted: Mutex::default(),
+            held: tokio::sync::watch::Sender::new(false),
+        }
+    }
 }
 
 impl MarkerChannel for Markers {
@@ -37,6 +49,8 @@ impl MarkerChannel for Markers {
     ) -> BoxFuture<'_, Vec<(TxnPartition, MarkerOutcome)>> {
         Box::pin(async move {
             self.sent.lock().push(entry.clone());
+            let mut held = self.held.subscribe();
+            let _ = held.wait_for(|h| !*h).await;
             entry
                 .partitions
                 .iter()
@@ -449,6 +463,70 @@ async fn end_txn_v2_bumps_the_epoch_and_tolerates_retries() {
     assert_eq!(
         e.end(FIRST_PID, 0, false, 5).await.error_code,
         code(ErrorCode::ProducerFenced)
+    );
+}
+
+/// KAFKA-18464 (Kafka's `TransactionCoordinator.endTransaction` and
+/// `prepareInitProducerIdTransit`): while a transaction's markers are being written (Kafka's
+/// pending CompleteCommit), every EndTxn and InitProducerId for the id is answered
+/// CONCURRENT_TRANSACTIONS before its producer id and epoch are looked at. In transactions v2
+/// the client holds the epoch the commit returned, and an EndTxn(abort) with it in that window
+/// is its next (empty) transaction's end, not a fenced producer.
+#[tokio::test]
+async fn an_end_txn_during_the_previous_markers_waits_for_them() {
+    let e = env().await;
+    e.init(ID, None, 5).await; // epoch 0
+    e.add(FIRST_PID, 0, &[("t", 0)], 3).await;
+    e.markers.held.send_replace(true);
+    let r = e.end(FIRST_PID, 0, true, 5).await;
+    assert_eq!((r.error_code, r.producer_epoch), (0, 1));
+    assert_eq!(e.state(ID).await, "PrepareCommit");
+    let concurrent = code(ErrorCode::ConcurrentTransactions);
+    // The epoch the commit returned, the retry's epoch, another producer id: all wait.
+    assert_eq!(e.end(FIRST_PID, 1, false, 5).await.error_code, concurrent);
+    assert_eq!(e.end(FIRST_PID, 1, true, 5).await.error_code, concurrent);
+    assert_eq!(e.end(FIRST_PID, 0, true, 5).await.error_code, concurrent);
+    assert_eq!(
+        e.end(FIRST_PID + 7, 1, false, 5).await.error_code,
+        concurrent
+    );
+    // InitProducerId too, whatever producer id it expects.
+    assert_eq!(
+        e.init(ID, Some((FIRST_PID + 7, 3)), 5).await.error_code,
+        concurrent
+    );
+    e.markers.held.send_replace(false);
+    e.wait_state(ID, "CompleteCommit").await;
+    // Then the abort is the next transaction's, with nothing in it: the epoch is bumped.
+    let r = e.end(FIRST_PID, 1, false, 5).await;
+    assert_eq!((r.error_code, r.producer_epoch), (0, 2));
+    e.wait_state(ID, "CompleteAbort").await;
+}
+
+/// The same window in transactions v1 (Kafka's `endTransactionWithTV1`: producer id and epoch
+/// first, then the pending transition): an abort at the committing epoch waits too.
+#[tokio::test]
+async fn an_end_txn_v1_during_the_markers_waits_for_them() {
+    let e = env().await;
+    e.init(ID, None, 4).await;
+    e.add(FIRST_PID, 0, &[("t", 0)], 3).await;
+    e.markers.held.send_replace(true);
+    assert_eq!(e.end(FIRST_PID, 0, true, 4).await.error_code, 0);
+    let concurrent = code(ErrorCode::ConcurrentTransactions);
+    assert_eq!(e.end(FIRST_PID, 0, false, 4).await.error_code, concurrent);
+    assert_eq!(
+        e.end(FIRST_PID, 1, false, 4).await.error_code,
+        code(ErrorCode::ProducerFenced)
+    );
+    assert_eq!(
+        e.end(FIRST_PID + 7, 0, false, 4).await.error_code,
+        code(ErrorCode::InvalidProducerIdMapping)
+    );
+    e.markers.held.send_replace(false);
+    e.wait_state(ID, "CompleteCommit").await;
+    assert_eq!(
+        e.end(FIRST_PID, 0, false, 4).await.error_code,
+        code(ErrorCode::InvalidTxnState)
     );
 }
 

@@ -153,6 +153,18 @@ impl TransactionShard {
         e.written_at >= self.committed
     }
 
+    /// Kafka's `pendingTransitionInProgress`: a record not yet replicated, or a transaction in
+    /// a Prepare state. Kafka marks CompleteCommit / CompleteAbort pending as soon as the
+    /// Prepare record is written and until the Complete record is, while the markers are
+    /// being written; requests for the id get CONCURRENT_TRANSACTIONS meanwhile.
+    fn transition_in_progress(&self, e: &TxnEntry) -> bool {
+        self.is_pending(e)
+            || matches!(
+                e.metadata.state,
+                TransactionState::PrepareCommit | TransactionState::PrepareAbort
+            )
+    }
+
     fn record(&self, id: &str, t: TxnTransitMetadata) -> TxnLogRecord {
         TxnLogRecord {
             transactional_id: id.to_string(),
@@ -248,7 +260,9 @@ impl TransactionShard {
     ) -> OpResult<Needs<InitAnswer>> {
         let now = self.now();
         let mut md = match self.txns.get(&id.to_string()) {
-            Some(e) if self.is_pending(e) => {
+            // Before the expected producer id is checked, as Kafka's
+            // `prepareInitProducerIdTransit` does.
+            Some(e) if self.transition_in_progress(e) => {
                 return Err(err(
                     ErrorCode::ConcurrentTransactions,
                     "a transition is pending",
@@ -413,7 +427,7 @@ impl TransactionShard {
                 "unknown transactional id",
             ));
         };
-        let pending = self.is_pending(e);
+        let pending = self.transition_in_progress(e);
         let mut md = e.metadata.clone();
         let now = self.now();
         let commit = result == TxnResult::Commit;
@@ -468,8 +482,18 @@ impl TransactionShard {
             return self.prepared(ctx, id, md, t, true);
         }
 
-        // Transactions v2: the epoch was bumped by the previous EndTxn, so a retry carries
-        // the epoch before it (or the last epoch of an overflowed producer id).
+        // Transactions v2: while the previous transaction's markers are written, every EndTxn
+        // waits, before its producer id and epoch are looked at (Kafka's `endTransaction`
+        // since KAFKA-18464): an EndTxn with the epoch the previous one returned (an empty
+        // abort, or the next transaction's end) is not a stale producer.
+        if pending {
+            return Err(err(
+                ErrorCode::ConcurrentTransactions,
+                "a transition is pending",
+            ));
+        }
+        // The epoch was bumped by the previous EndTxn, so a retry carries the epoch before it
+        // (or the last epoch of an overflowed producer id).
         let retry_on_overflow = md.prev_producer_id == producer_id
             && producer_epoch == i16::MAX - 1
             && md.producer_epoch == 0;
@@ -490,12 +514,6 @@ impl TransactionShard {
         }
         if !valid_epoch {
             return Err(err(ErrorCode::ProducerFenced, "another producer epoch"));
-        }
-        if pending {
-            return Err(err(
-                ErrorCode::ConcurrentTransactions,
-                "a transition is pending",
-            ));
         }
         let next_state = match md.state {
             Ongoing => next_state,

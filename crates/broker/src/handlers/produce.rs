@@ -224,13 +224,21 @@ async fn verify_transactional_batches(
         return Ok(verified);
     }
     let now = crate::now_ms();
+    let supports_epoch_bump =
+        TransactionSupportedOperation::for_produce_version(version).supports_epoch_bump();
     for ((topic, index), seq) in batches {
         let guard = broker
             .replica_manager
             .get_partition_or_error(&topic, index)
             .and_then(|p| {
-                p.maybe_start_transaction_verification(producer_id, seq, producer_epoch, now)
-                    .map_err(|e| e.error_code())
+                p.maybe_start_transaction_verification(
+                    producer_id,
+                    seq,
+                    producer_epoch,
+                    supports_epoch_bump,
+                    now,
+                )
+                .map_err(|e| e.error_code())
             });
         match guard {
             Ok(g) if g.is_sentinel() => {}
