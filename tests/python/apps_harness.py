@@ -169,7 +169,14 @@ class StromCluster:
 
     def start_node(self, i, timeout=30.0):
         d = self.node_dir(i)
-        d.mkdir(parents=True, exist_ok=True)
+        if not (d / "meta.properties").exists():
+            # Every node formatted with one cluster id before its dir holds anything else, as
+            # Kafka's are with kafka-storage format (the Java tests' ClusterUnderTest likewise).
+            if getattr(self, "cluster_id", None) is None:
+                self.cluster_id = subprocess.run([self.binary, "random-uuid"], check=True,
+                                                 capture_output=True, text=True).stdout.strip()
+            subprocess.run([self.binary, "format", "--cluster-id", self.cluster_id, "--node-id",
+                            str(i), "--data-dir", str(d)], check=True, capture_output=True)
         cmd = [self.binary, "server", "--node-id", i, "--listen", f"127.0.0.1:{self.ports[i]}",
                "--controller-listen", f"127.0.0.1:{self.cports[i]}",
                "--controller-quorum", self.quorum, "--data-dir", d]

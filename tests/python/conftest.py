@@ -57,7 +57,8 @@ class StromProcess:
         self._log = None
 
     def start(self, timeout=30.0):
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # The server creates and formats a data dir that does not exist yet (a fresh node).
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
         cmd = [strom_bin(), "server", "--listen", self.bootstrap,
                "--data-dir", str(self.data_dir), *self.extra_args]

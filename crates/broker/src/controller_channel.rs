@@ -22,6 +22,7 @@ use strom_protocol::kafka::messages::create_topics_request::CreatableTopic;
 use strom_protocol::kafka::messages::*;
 use strom_protocol::kafka::protocol::{Request, StrBytes};
 
+use crate::broker_lifecycle::BrokerLifecycleManager;
 use crate::config::BrokerConfig;
 use crate::inter_broker::{Channel, InterBrokerClient};
 use crate::request_context::{serialize_principal, RequestContext};
@@ -43,6 +44,12 @@ pub struct ControllerChannel {
     /// controller request has its own [`Channel`] there, so a heartbeat never waits behind a
     /// forwarded CreateTopics (see [`channel_of`]).
     client: Arc<InterBrokerClient>,
+    /// This incarnation and its broker epoch, carried by every lifecycle request.
+    lifecycle: Arc<BrokerLifecycleManager>,
+    /// The cluster id of this broker's log dirs, sent with its registration.
+    cluster_id: Option<String>,
+    /// `unclean.leader.election.enable`, for the ISR removal a registration may cause.
+    unclean_default: bool,
 }
 
 /// Kafka keeps a separate channel to the controller for heartbeats (`BrokerLifecycleManager`),
@@ -75,16 +82,27 @@ impl ControllerChannel {
             listener_name: "PLAINTEXT".into(),
             security_protocol: crate::listeners::SecurityProtocol::Plaintext.id(),
             client: InterBrokerClient::new(node_id),
+            lifecycle: Arc::new(BrokerLifecycleManager::new(-1)),
+            cluster_id: None,
+            unclean_default: false,
         }
     }
 
+    /// This incarnation, its previous and current broker epochs.
+    pub fn lifecycle(&self) -> &Arc<BrokerLifecycleManager> {
+        &self.lifecycle
+    }
+
     /// The broker's channel: the voters' controller listeners from the quorum, the
-    /// inter-broker listener to register, and the broker's inter-broker client.
+    /// inter-broker listener to register, the broker's inter-broker client, its lifecycle and
+    /// the cluster id of its log dirs.
     pub fn for_broker(
         config: &BrokerConfig,
         controller: Arc<QuorumController>,
         metadata: Arc<RwLock<Arc<MetadataImage>>>,
         client: Arc<InterBrokerClient>,
+        lifecycle: Arc<BrokerLifecycleManager>,
+        cluster_id: String,
     ) -> Self {
         let inter_broker = config.listeners.inter_broker_advertised();
         Self {
@@ -92,6 +110,9 @@ impl ControllerChannel {
             listener_name: inter_broker.listener_name.clone(),
             security_protocol: inter_broker.security_protocol.id(),
             client,
+            lifecycle,
+            cluster_id: Some(cluster_id),
+            unclean_default: config.unclean_leader_election_enable,
             ..Self::new(config.node_id, controller, metadata)
         }
     }
@@ -177,30 +198,52 @@ impl ControllerChannel {
         }
     }
 
-    /// Registers this broker's endpoint with the active controller.
+    /// Registers this incarnation (with its endpoint and previous broker epoch) with the active
+    /// controller, and remembers and returns the broker epoch it got.
     pub async fn register_broker(
         &self,
         host: &str,
         port: i32,
         rack: Option<String>,
-    ) -> Result<(), ControllerError> {
-        if self.controller.is_active() {
-            return self
-                .controller
-                .register_broker(self.node_id, host, port, rack, crate::monotonic_ms())
-                .await;
-        }
-        let req = BrokerRegistrationRequest::default()
-            .with_broker_id(BrokerId(self.node_id))
-            .with_incarnation_id(uuid::Uuid::new_v4())
-            .with_rack(rack.map(StrBytes::from_string))
-            .with_listeners(vec![Listener::default()
-                .with_name(StrBytes::from_string(self.listener_name.clone()))
-                .with_host(StrBytes::from_string(host.to_string()))
-                .with_port(port as u16)
-                .with_security_protocol(self.security_protocol)]);
-        let resp: BrokerRegistrationResponse = self.call(0, &req).await?;
-        code_to_result(resp.error_code, self.controller.active_controller())
+    ) -> Result<i64, ControllerError> {
+        let epoch = if self.controller.is_active() {
+            let req = strom_controller::BrokerRegistration {
+                node_id: self.node_id,
+                incarnation_id: self.lifecycle.incarnation_id(),
+                host: host.to_string(),
+                port,
+                rack,
+                previous_broker_epoch: self.lifecycle.previous_broker_epoch(),
+            };
+            self.controller
+                .register_broker(
+                    &req,
+                    self.cluster_id.as_deref(),
+                    crate::monotonic_ms(),
+                    self.unclean_default,
+                )
+                .await?
+        } else {
+            let req = BrokerRegistrationRequest::default()
+                .with_broker_id(BrokerId(self.node_id))
+                .with_cluster_id(StrBytes::from_string(
+                    self.cluster_id.clone().unwrap_or_default(),
+                ))
+                .with_incarnation_id(self.lifecycle.incarnation_id())
+                .with_rack(rack.map(StrBytes::from_string))
+                .with_previous_broker_epoch(self.lifecycle.previous_broker_epoch())
+                .with_listeners(vec![Listener::default()
+                    .with_name(StrBytes::from_string(self.listener_name.clone()))
+                    .with_host(StrBytes::from_string(host.to_string()))
+                    .with_port(port as u16)
+                    .with_security_protocol(self.security_protocol)]);
+            // v3: PreviousBrokerEpoch (KIP-966).
+            let resp: BrokerRegistrationResponse = self.call(3, &req).await?;
+            code_to_result(resp.error_code, self.controller.active_controller())?;
+            resp.broker_epoch
+        };
+        self.lifecycle.set_broker_epoch(epoch);
+        Ok(epoch)
     }
 
     /// A block of producer ids from the active controller.
@@ -278,9 +321,14 @@ fn code_to_result(code: i16, leader: Option<i32>) -> Result<(), ControllerError>
     match code {
         0 => Ok(()),
         c if c == strom_protocol::ErrorCode::NotController.code() => Err(not_controller(leader)),
-        other => Err(ControllerError::Io(format!(
-            "controller answered error {other}"
-        ))),
+        other => Err(ControllerError::Code {
+            code: other,
+            message: format!(
+                "controller answered {}",
+                strom_protocol::ErrorCode::try_from_code(other)
+                    .map_or_else(|| other.to_string(), |e| format!("{e:?}"))
+            ),
+        }),
     }
 }
 
@@ -290,32 +338,45 @@ impl ControllerChannel {
         &self,
         p: &crate::replication::AlterPartitionProposal,
     ) -> Result<(), ControllerError> {
+        let broker_epoch = self.lifecycle.broker_epoch();
         if self.controller.is_active() {
             return self
                 .controller
                 .alter_partition(
                     self.node_id,
+                    broker_epoch,
                     p.topic_id,
                     p.partition,
                     p.leader_epoch,
                     p.partition_epoch,
-                    p.new_isr.clone(),
+                    &p.new_isr_with_epochs(),
                 )
                 .await;
         }
-        use strom_protocol::kafka::messages::alter_partition_request::{PartitionData, TopicData};
+        use strom_protocol::kafka::messages::alter_partition_request::{
+            BrokerState, PartitionData, TopicData,
+        };
         let req = AlterPartitionRequest::default()
             .with_broker_id(BrokerId(self.node_id))
+            .with_broker_epoch(broker_epoch)
             .with_topics(vec![TopicData::default()
                 .with_topic_id(p.topic_id)
                 .with_partitions(vec![PartitionData::default()
                     .with_partition_index(p.partition)
                     .with_leader_epoch(p.leader_epoch)
                     .with_partition_epoch(p.partition_epoch)
-                    .with_new_isr(
-                        p.new_isr.iter().map(|&b| BrokerId(b)).collect(),
+                    .with_new_isr_with_epochs(
+                        p.new_isr_with_epochs()
+                            .iter()
+                            .map(|b| {
+                                BrokerState::default()
+                                    .with_broker_id(BrokerId(b.broker_id))
+                                    .with_broker_epoch(b.broker_epoch)
+                            })
+                            .collect(),
                     )])]);
-        let resp: AlterPartitionResponse = self.call(2, &req).await?;
+        // v3: the new ISR with the broker epoch of each member (KIP-903).
+        let resp: AlterPartitionResponse = self.call(3, &req).await?;
         code_to_result(resp.error_code, self.controller.active_controller())?;
         let code = resp
             .topics
@@ -344,23 +405,33 @@ impl ControllerChannel {
         code_to_result(resp.error_code, self.controller.active_controller())
     }
 
-    /// A heartbeat to the active controller, which keeps this broker unfenced. Carries how far
-    /// this node has replayed the metadata log; returns whether the active controller deems it
-    /// caught up (the active controller itself is once the quorum has acknowledged it).
+    /// A heartbeat to the active controller under this incarnation's broker epoch, which keeps
+    /// this broker's session alive and unfences it once it has replayed its registration.
+    /// Carries how far this node has replayed the metadata log; returns whether the active
+    /// controller deems it caught up (the active controller itself is once the quorum has
+    /// acknowledged it).
     pub async fn heartbeat(
         &self,
         now_ms: u64,
         unclean_default: bool,
     ) -> Result<bool, ControllerError> {
+        let broker_epoch = self.lifecycle.broker_epoch();
         if self.controller.is_active() {
             return self
                 .controller
-                .heartbeat(self.node_id, now_ms, unclean_default)
+                .heartbeat(
+                    self.node_id,
+                    broker_epoch,
+                    self.controller.applied_offset(),
+                    now_ms,
+                    unclean_default,
+                )
                 .await
                 .map(|_| self.controller.is_confirmed_active());
         }
         let req = BrokerHeartbeatRequest::default()
             .with_broker_id(BrokerId(self.node_id))
+            .with_broker_epoch(broker_epoch)
             .with_current_metadata_offset(self.controller.applied_offset());
         let resp: BrokerHeartbeatResponse = self.call(0, &req).await?;
         code_to_result(resp.error_code, self.controller.active_controller())?;
@@ -374,14 +445,17 @@ impl ControllerChannel {
         now_ms: u64,
         unclean_default: bool,
     ) -> Result<bool, ControllerError> {
+        let broker_epoch = self.lifecycle.broker_epoch();
         if self.controller.is_active() {
             return self
                 .controller
-                .controlled_shutdown(self.node_id, now_ms, unclean_default)
+                .controlled_shutdown(self.node_id, broker_epoch, now_ms, unclean_default)
                 .await;
         }
         let req = BrokerHeartbeatRequest::default()
             .with_broker_id(BrokerId(self.node_id))
+            .with_broker_epoch(broker_epoch)
+            .with_current_metadata_offset(self.controller.applied_offset())
             .with_want_shut_down(true);
         let resp: BrokerHeartbeatResponse = self.call(0, &req).await?;
         code_to_result(resp.error_code, self.controller.active_controller())?;

@@ -11,7 +11,12 @@
 //! - [`purgatory`]: delayed operations (acks=all produce, fetch long-poll, DeleteRecords; later
 //!   join / sync / heartbeat and transaction markers), completed on events or timeouts.
 //! - [`config`]: Kafka-named broker properties and per-topic log configs.
+//! - [`meta_properties`]: the log dirs' `meta.properties`, `strom format`, and their check at
+//!   start-up (unformatted or foreign dirs refused).
+//! - [`broker_lifecycle`]: this broker's incarnation and broker epoch, registration and
+//!   heartbeats (Kafka's `BrokerLifecycleManager`).
 
+pub mod broker_lifecycle;
 pub mod config;
 pub mod connection;
 pub mod controller_channel;
@@ -24,6 +29,7 @@ pub mod listeners;
 pub mod log_chores;
 pub mod log_cleaner;
 pub mod log_manager;
+pub mod meta_properties;
 pub mod metadata_loader;
 pub mod partition;
 pub mod producer_ids;

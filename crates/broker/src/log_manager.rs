@@ -10,7 +10,7 @@
 //! makes its replicas offline. A partition whose log cannot be opened or written is made
 //! offline by the replica manager, replica by replica (see `directory_assignments`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -19,14 +19,13 @@ use strom_storage::checkpoint::OffsetCheckpointFile;
 use strom_storage::{parse_partition_dir_name, StorageError, CLEAN_SHUTDOWN_FILE};
 use uuid::Uuid;
 
-use crate::config::parse_properties;
+use crate::meta_properties::read_directory_id;
 use crate::replica_manager::TopicPartition;
 use crate::server::ServerError;
 
 const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
 const LOG_START_OFFSET_CHECKPOINT: &str = "log-start-offset-checkpoint";
 const REPLICATION_OFFSET_CHECKPOINT: &str = "replication-offset-checkpoint";
-const META_PROPERTIES: &str = "meta.properties";
 
 /// Raises the soft open-files limit to the hard limit (each partition holds several files open)
 /// and logs both. Failure to raise it is logged, not fatal.
@@ -75,78 +74,17 @@ pub fn lock_dirs(dirs: &[PathBuf]) -> Result<Vec<File>, ServerError> {
     Ok(locks)
 }
 
-/// Reads or writes every dir's `meta.properties` (Kafka's v1 layout) and returns the cluster
-/// id. All dirs must belong to this node id and one cluster id; a dir without the file gets
-/// the cluster id of the others (or `new_cluster_id()` when none has one) and its own
-/// `directory.id`.
-pub fn ensure_meta_properties(
-    dirs: &[PathBuf],
-    node_id: i32,
-    new_cluster_id: impl FnOnce() -> String,
-) -> Result<String, ServerError> {
-    let mut found: Vec<Option<BTreeMap<String, String>>> = Vec::with_capacity(dirs.len());
-    let mut cluster_id: Option<(String, &PathBuf)> = None;
-    for dir in dirs {
-        let path = dir.join(META_PROPERTIES);
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            found.push(None);
-            continue;
-        };
-        let props =
-            parse_properties(&text).map_err(|e| ServerError::MetaProperties(e.to_string()))?;
-        if let Some(n) = props.get("node.id") {
-            if n.parse::<i32>().ok() != Some(node_id) {
-                return Err(ServerError::MetaProperties(format!(
-                    "Stored node id {n} doesn't match the configured node id {node_id} in {}",
-                    path.display()
-                )));
-            }
-        }
-        if let Some(id) = props.get("cluster.id") {
-            match &cluster_id {
-                Some((other, other_dir)) if other != id => {
-                    return Err(ServerError::MetaProperties(format!(
-                        "Invalid cluster.id in {}: found {id}, but {} has {other}",
-                        path.display(),
-                        other_dir.display()
-                    )))
-                }
-                Some(_) => {}
-                None => cluster_id = Some((id.clone(), dir)),
-            }
-        }
-        found.push(Some(props));
+/// The broker epoch a clean shutdown wrote into a dir's `.kafka_cleanshutdown` (Kafka's
+/// `CleanShutdownFileHandler`: `{"version":0,"brokerEpoch":N}`); `None` when the file is
+/// missing or says nothing (an empty marker, as earlier versions of Strom wrote).
+fn read_clean_shutdown_epoch(dir: &Path) -> Option<i64> {
+    #[derive(serde::Deserialize)]
+    struct Content {
+        #[serde(rename = "brokerEpoch")]
+        broker_epoch: Option<i64>,
     }
-    let cluster_id = match cluster_id {
-        Some((id, _)) => id,
-        None => new_cluster_id(),
-    };
-    for (dir, props) in dirs.iter().zip(found) {
-        let complete = props.as_ref().is_some_and(|p| {
-            p.contains_key("cluster.id") && p.get("directory.id").is_some_and(|d| !d.is_empty())
-        });
-        if complete {
-            continue;
-        }
-        let text = format!(
-            "#\n#Written by strom\ncluster.id={cluster_id}\ndirectory.id={}\nnode.id={node_id}\nversion=1\n",
-            crate::topic_id_string(&Uuid::new_v4())
-        );
-        let tmp = dir.join("meta.properties.tmp");
-        std::fs::write(&tmp, text).map_err(dir_error(dir))?;
-        std::fs::rename(&tmp, dir.join(META_PROPERTIES)).map_err(dir_error(dir))?;
-    }
-    Ok(cluster_id)
-}
-
-/// A dir's `directory.id` from its `meta.properties` (nil if unreadable).
-fn read_directory_id(dir: &Path) -> Uuid {
-    std::fs::read_to_string(dir.join(META_PROPERTIES))
-        .ok()
-        .and_then(|t| parse_properties(&t).ok())
-        .and_then(|p| p.get("directory.id").cloned())
-        .and_then(|d| crate::parse_topic_id_string(&d))
-        .unwrap_or_default()
+    let text = std::fs::read(dir.join(CLEAN_SHUTDOWN_FILE)).ok()?;
+    serde_json::from_slice::<Content>(&text).ok()?.broker_epoch
 }
 
 /// One log dir and what it held when the broker started.
@@ -161,6 +99,10 @@ pub struct LogDir {
 /// lives.
 pub struct LogManager {
     dirs: Vec<LogDir>,
+    /// The broker epoch every dir's clean-shutdown marker named, if they all did and agreed
+    /// (Kafka's `readBrokerEpochFromCleanShutdownFiles`): what the broker registers as its
+    /// previous broker epoch.
+    previous_broker_epoch: Option<i64>,
     recovery_points: HashMap<TopicPartition, i64>,
     log_start_offsets: HashMap<TopicPartition, i64>,
     high_watermarks: HashMap<TopicPartition, i64>,
@@ -187,10 +129,12 @@ impl LogManager {
         let mut log_start_offsets = HashMap::new();
         let mut high_watermarks = HashMap::new();
         let mut placement = HashMap::new();
+        let mut epochs = Vec::with_capacity(paths.len());
         for (i, path) in paths.iter().enumerate() {
             std::fs::create_dir_all(path)?;
             let marker = path.join(CLEAN_SHUTDOWN_FILE);
             let had_clean_shutdown = marker.exists();
+            epochs.push(read_clean_shutdown_epoch(path));
             if had_clean_shutdown {
                 std::fs::remove_file(&marker)?;
             }
@@ -225,8 +169,17 @@ impl LogManager {
                 had_clean_shutdown,
             });
         }
+        let previous_broker_epoch = match epochs.first() {
+            Some(Some(e)) if epochs.iter().all(|x| *x == Some(*e)) => Some(*e),
+            _ => None,
+        };
+        tracing::info!(
+            ?previous_broker_epoch,
+            "broker epoch of the last clean shutdown"
+        );
         Ok(Self {
             dirs,
+            previous_broker_epoch,
             recovery_points,
             log_start_offsets,
             high_watermarks,
@@ -237,6 +190,11 @@ impl LogManager {
 
     pub fn dirs(&self) -> &[LogDir] {
         &self.dirs
+    }
+
+    /// The broker epoch the last clean shutdown recorded in every dir, if any.
+    pub fn previous_broker_epoch(&self) -> Option<i64> {
+        self.previous_broker_epoch
     }
 
     /// Whether every dir had a clean shutdown.
@@ -375,16 +333,22 @@ impl LogManager {
         failed
     }
 
-    /// Writes every dir's clean-shutdown marker (after the logs are closed and checkpointed).
-    pub fn write_clean_shutdown_markers(&self) -> Result<(), StorageError> {
+    /// Writes every dir's clean-shutdown marker (after the logs are closed and checkpointed)
+    /// with the broker epoch of this run (Kafka's `CleanShutdownFileHandler.write`), which the
+    /// next start registers as its previous broker epoch: the proof that nothing was lost.
+    pub fn write_clean_shutdown_markers(&self, broker_epoch: i64) -> Result<(), StorageError> {
         let offline = self.offline_dirs.lock().clone();
+        let content = format!("{{\"version\":0,\"brokerEpoch\":{broker_epoch}}}");
         for (_, dir) in self
             .dirs
             .iter()
             .enumerate()
             .filter(|(i, _)| !offline.contains(i))
         {
-            std::fs::write(dir.path.join(CLEAN_SHUTDOWN_FILE), b"")?;
+            let path = dir.path.join(CLEAN_SHUTDOWN_FILE);
+            let mut f = File::create(&path)?;
+            std::io::Write::write_all(&mut f, content.as_bytes())?;
+            f.sync_all()?;
             File::open(&dir.path)?.sync_all()?;
         }
         Ok(())
@@ -463,7 +427,7 @@ mod tests {
                 high_watermark: base + 2,
             };
             assert!(lm.checkpoint(vec![entry(0, 10), entry(1, 20)]).is_empty());
-            lm.write_clean_shutdown_markers().unwrap();
+            lm.write_clean_shutdown_markers(42).unwrap();
         }
         // Each dir's checkpoint names only its own partition.
         for (i, p) in paths.iter().enumerate() {
@@ -473,8 +437,14 @@ mod tests {
             assert_eq!(rp.len(), 1, "dir {i}: {rp:?}");
             assert!(p.join(CLEAN_SHUTDOWN_FILE).exists());
         }
+        assert_eq!(
+            std::fs::read_to_string(paths[0].join(CLEAN_SHUTDOWN_FILE)).unwrap(),
+            r#"{"version":0,"brokerEpoch":42}"#,
+            "Kafka's CleanShutdownFileHandler content"
+        );
         let lm = LogManager::open(&paths).unwrap();
         assert!(lm.had_clean_shutdown());
+        assert_eq!(lm.previous_broker_epoch(), Some(42));
         assert!(!paths[0].join(CLEAN_SHUTDOWN_FILE).exists());
         let t0 = ("t".to_string(), 0);
         let t1 = ("t".to_string(), 1);
@@ -488,6 +458,42 @@ mod tests {
         let lm = LogManager::open(&paths).unwrap();
         assert_eq!(lm.recovery_point(&t0), 10);
         assert!(!lm.had_clean_shutdown());
+        assert_eq!(lm.previous_broker_epoch(), None);
+    }
+
+    /// Kafka's `readBrokerEpochFromCleanShutdownFiles`: every dir must name the same epoch; a
+    /// dir without one (a crash there, an empty marker) means no previous epoch.
+    #[test]
+    fn previous_broker_epoch_needs_every_dir_to_agree() {
+        let (_t, paths) = dirs(2);
+        let write = |i: usize, text: &str| {
+            std::fs::write(paths[i].join(CLEAN_SHUTDOWN_FILE), text).unwrap()
+        };
+        for (a, b, want) in [
+            (
+                r#"{"version":0,"brokerEpoch":7}"#,
+                r#"{"version":0,"brokerEpoch":7}"#,
+                Some(7),
+            ),
+            (
+                r#"{"version":0,"brokerEpoch":7}"#,
+                r#"{"version":0,"brokerEpoch":8}"#,
+                None,
+            ),
+            (r#"{"version":0,"brokerEpoch":7}"#, "", None),
+            ("", "", None),
+        ] {
+            write(0, a);
+            write(1, b);
+            let lm = LogManager::open(&paths).unwrap();
+            assert_eq!(lm.previous_broker_epoch(), want, "{a} / {b}");
+            assert!(lm.had_clean_shutdown());
+        }
+        write(0, r#"{"version":0,"brokerEpoch":7}"#);
+        assert_eq!(
+            LogManager::open(&paths).unwrap().previous_broker_epoch(),
+            None
+        );
     }
 
     #[test]
@@ -509,23 +515,14 @@ mod tests {
         }
         // Not retried, and no marker for it at shutdown.
         assert!(lm.checkpoint(Vec::new()).is_empty());
-        lm.write_clean_shutdown_markers().unwrap();
+        lm.write_clean_shutdown_markers(42).unwrap();
         assert!(!paths[0].join(CLEAN_SHUTDOWN_FILE).exists());
         assert!(paths[1].join(CLEAN_SHUTDOWN_FILE).exists());
     }
 
     #[test]
-    fn every_dir_gets_its_own_directory_id_and_one_cluster_id() {
+    fn a_locked_dir_is_refused() {
         let (_t, paths) = dirs(2);
-        let id = ensure_meta_properties(&paths[..1], 3, || "c1".into()).unwrap();
-        assert_eq!(id, "c1");
-        // The second dir joins the first one's cluster.
-        let id = ensure_meta_properties(&paths, 3, || "other".into()).unwrap();
-        assert_eq!(id, "c1");
-        let ids: Vec<Uuid> = paths.iter().map(|p| read_directory_id(p)).collect();
-        assert!(ids.iter().all(|d| !d.is_nil()));
-        assert_ne!(ids[0], ids[1]);
-        assert!(ensure_meta_properties(&paths, 4, || "x".into()).is_err());
         let locks = lock_dirs(&paths).unwrap();
         assert!(matches!(
             lock_dirs(&paths[1..]),

@@ -6,6 +6,21 @@ use strom_controller::{CreateTopicSpec, QuorumController};
 
 use super::*;
 
+/// Broker `b`'s first incarnation, registered and unfenced by a caught-up heartbeat.
+async fn add_broker(c: &QuorumController, b: i32) -> Result<(), strom_controller::ControllerError> {
+    let req = strom_controller::BrokerRegistration {
+        node_id: b,
+        incarnation_id: uuid::Uuid::from_u128(b as u128),
+        host: "127.0.0.1".into(),
+        port: 9092,
+        rack: None,
+        previous_broker_epoch: -1,
+    };
+    let epoch = c.register_broker(&req, None, 1, false).await?;
+    c.heartbeat(b, epoch, c.applied_offset(), 1, false).await?;
+    Ok(())
+}
+
 /// Blocks every call until the test opens the gate (drops its sender), as a publisher stuck on
 /// a slow disk would.
 struct Gate(Mutex<mpsc::Receiver<()>>);
@@ -64,9 +79,7 @@ async fn a_stuck_publisher_blocks_neither_replay_nor_proposals() {
     let recorder = Arc::new(Recorder::default());
     let loader = MetadataLoader::start(vec![Arc::new(Gate(Mutex::new(gate))), recorder.clone()]);
     c.set_publisher(loader.sink());
-    c.register_broker(1, "127.0.0.1", 9092, None, 1)
-        .await
-        .unwrap();
+    add_broker(&c, 1).await.unwrap();
     for i in 0..20 {
         let r = c.create_topics(&[spec(&format!("t{i}"))], false).await;
         assert!(r[0].is_ok(), "{r:?}");
@@ -119,9 +132,7 @@ async fn publishers_run_in_order_and_caught_up_waits_for_them() {
         Arc::new(Order("second", log.clone())),
     ]);
     c.set_publisher(loader.sink());
-    c.register_broker(1, "127.0.0.1", 9092, None, 1)
-        .await
-        .unwrap();
+    add_broker(&c, 1).await.unwrap();
     assert!(c.create_topics(&[spec("t")], false).await[0].is_ok());
     loader.caught_up().await;
     let log = log.lock().clone();
@@ -143,9 +154,7 @@ async fn an_installed_publisher_starts_from_the_current_image() {
     let c = controller(&dir);
     let loader = MetadataLoader::start(Vec::new());
     c.set_publisher(loader.sink());
-    c.register_broker(1, "127.0.0.1", 9092, None, 1)
-        .await
-        .unwrap();
+    add_broker(&c, 1).await.unwrap();
     assert!(c.create_topics(&[spec("old")], false).await[0].is_ok());
     let late = Arc::new(Recorder::default());
     loader.install(late.clone());
@@ -204,11 +213,7 @@ async fn a_stuck_publisher_does_not_block_raft_apply() {
     let loader = MetadataLoader::start(vec![Arc::new(Gate(Mutex::new(gate))), recorder.clone()]);
     c.set_publisher(loader.sink());
     // The leader may need a moment before it accepts proposals.
-    while c
-        .register_broker(1, "127.0.0.1", 9092, None, 1)
-        .await
-        .is_err()
-    {
+    while add_broker(&c, 1).await.is_err() {
         tokio::task::yield_now().await;
     }
     for i in 0..10 {
@@ -240,6 +245,7 @@ async fn auto_creation_on_the_active_controller_waits_for_the_publish() {
         std::collections::BTreeMap::new(),
     )
     .unwrap();
+    crate::meta_properties::format(&config.log_dirs, config.node_id, "test-cluster", true).unwrap();
     let server = crate::server::Server::start(config).await.unwrap();
     let broker = server.broker();
     // Hold the loader thread until the topic is replayed (the opener only runs when the
@@ -276,9 +282,7 @@ async fn a_held_loader_publishes_nothing_until_released() {
     let installed = Arc::new(Recorder::default());
     let loader = MetadataLoader::start_held(vec![first.clone()]);
     c.set_publisher(loader.sink());
-    c.register_broker(1, "127.0.0.1", 9092, None, 1)
-        .await
-        .unwrap();
+    add_broker(&c, 1).await.unwrap();
     assert!(c.create_topics(&[spec("stale")], false).await[0].is_ok());
     loader.install(installed.clone());
     assert!(c.create_topics(&[spec("t")], false).await[0].is_ok());

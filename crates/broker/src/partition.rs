@@ -455,6 +455,15 @@ impl Partition {
         let ids = ids.into_iter().collect();
         self.with_replication(|r| r.ineligible_replicas = ids);
     }
+    /// The registered broker epoch of every broker (from each image): followers fetching as
+    /// another incarnation may not join the ISR (KIP-903).
+    pub fn set_broker_epochs(&self, epochs: &std::collections::BTreeMap<i32, i64>) {
+        self.with_replication(|r| {
+            if &r.broker_epochs != epochs {
+                r.broker_epochs = epochs.clone();
+            }
+        });
+    }
     pub fn set_replica_lag_time_max_ms(&self, ms: i64) {
         self.with_replication(|r| r.replica_lag_time_max_ms = ms);
     }
@@ -686,7 +695,8 @@ impl Partition {
     // ---- Leader side of replication ----
 
     /// Records a follower's fetch (Kafka's `updateFollowerFetchState`): its fetch offset is its
-    /// LEO; `leader_log_end_offset` is this log's end before the read. May propose an ISR
+    /// LEO; `leader_log_end_offset` is this log's end before the read; `broker_epoch` the
+    /// follower's (Fetch v15+; -1 before), which decides whether it may join the ISR. May propose an ISR
     /// expansion and move the HW or the low watermark (completing delayed produces, fetches and
     /// deletes). `false`: not an assigned replica.
     pub fn update_follower_fetch_state(
@@ -696,6 +706,7 @@ impl Partition {
         follower_log_start_offset: i64,
         now_ms: i64,
         leader_log_end_offset: i64,
+        broker_epoch: i64,
     ) -> bool {
         let (hw_moved, lw_moved, proposal) = {
             let st = self.state.read();
@@ -709,6 +720,7 @@ impl Partition {
                 follower_log_start_offset,
                 now_ms,
                 leader_log_end_offset,
+                broker_epoch,
             ) else {
                 return false;
             };
@@ -792,6 +804,7 @@ impl Partition {
             leader_id: self.node_id,
             leader_epoch,
             partition_epoch: repl.partition_epoch(),
+            new_isr_broker_epochs: repl.isr_broker_epochs(&new_isr),
             new_isr,
         }
     }

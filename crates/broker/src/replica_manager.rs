@@ -318,6 +318,9 @@ impl ReplicaManager {
             .filter(|(_, b)| b.fenced || b.in_controlled_shutdown)
             .map(|(&id, _)| id)
             .collect();
+        // KIP-903: and a follower fetching as another incarnation than the registered one.
+        let broker_epochs: BTreeMap<i32, i64> =
+            image.brokers.iter().map(|(&id, b)| (id, b.epoch)).collect();
         for (id, p) in touched {
             let Some(t) = image.topic_by_id(&id) else {
                 continue;
@@ -348,6 +351,7 @@ impl ReplicaManager {
             ));
             part.set_replica_lag_time_max_ms(self.config.replica_lag_time_max_ms);
             part.set_ineligible_replicas(ineligible.iter().copied());
+            part.set_broker_epochs(&broker_epochs);
             if let Some(r) = self.replication.get() {
                 part.set_alter_partition_sender(r.alter_partition.clone());
             }
@@ -545,13 +549,20 @@ impl ReplicaManager {
     }
 
     /// Clean shutdown: flush and close every log, write checkpoints, then the marker that tells
-    /// the next start it may skip recovery.
-    pub fn shutdown(&self) -> Result<(), StorageError> {
+    /// the next start it may skip recovery and, with `broker_epoch` (-1: never registered),
+    /// that this incarnation lost nothing.
+    pub fn shutdown(&self, broker_epoch: i64) -> Result<(), StorageError> {
         for p in self.all() {
             p.close()?;
         }
         self.checkpoint()?;
-        self.log_manager.write_clean_shutdown_markers()
+        self.log_manager.write_clean_shutdown_markers(broker_epoch)
+    }
+
+    /// The broker epoch the previous run's clean shutdown recorded in every log dir (Kafka's
+    /// `readBrokerEpochFromCleanShutdownFiles`), -1 if it did not shut down cleanly.
+    pub fn previous_broker_epoch(&self) -> i64 {
+        self.log_manager.previous_broker_epoch().unwrap_or(-1)
     }
 }
 

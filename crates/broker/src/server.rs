@@ -55,6 +55,11 @@ pub enum ServerError {
     Storage(#[from] StorageError),
 }
 
+/// Strom's test-only switch that turns off the checks of restarted brokers (see
+/// `strom_controller::broker_registration::Incarnations`), so that the nemesis can show the
+/// loss they prevent.
+pub const UNSAFE_TRUST_RESTARTED_BROKERS: &str = "strom.unsafe.trust.restarted.brokers";
+
 /// Everything a request handler needs, shared by all connections.
 pub struct Broker {
     pub config: Arc<BrokerConfig>,
@@ -156,16 +161,15 @@ impl Server {
         crate::log_manager::raise_open_files_limit();
         // Every log dir and the metadata log dir are locked and formatted (Kafka's
         // `metadata.log.dir` defaults to the first log dir).
-        let mut dirs = config.log_dirs.clone();
-        if !dirs.contains(&config.metadata_log_dir) {
-            dirs.push(config.metadata_log_dir.clone());
-        }
-        let locks = crate::log_manager::lock_dirs(&dirs)?;
+        let dirs = crate::meta_properties::dirs_of(&config);
+        // Checked before anything creates them: only a node none of whose dirs exists is
+        // formatted here (see `meta_properties`).
         let quorum = config.controller_quorum.clone();
         let cluster_id =
-            crate::log_manager::ensure_meta_properties(&dirs, config.node_id, move || {
+            crate::meta_properties::load_and_verify(&dirs, config.node_id, move || {
                 new_cluster_id(quorum.as_ref())
             })?;
+        let locks = crate::log_manager::lock_dirs(&dirs)?;
 
         // Bind every listener first, so a port in use fails start-up before anything else.
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -268,8 +272,21 @@ impl Server {
                 .map(|(def, v, _)| (def.name.to_string(), v))
                 .collect(),
         );
+        controller.set_cluster_id(cluster_id.clone());
+        controller.set_broker_session_timeout_ms(config.broker_session_timeout_ms);
+        controller.set_unsafe_trust_restarted_brokers(
+            config
+                .props
+                .get(UNSAFE_TRUST_RESTARTED_BROKERS)
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
+        );
         crate::log_chores::configure_file_cache(&config);
         let replica_manager = Arc::new(ReplicaManager::new(config.clone())?);
+        // A new incarnation, with the broker epoch its previous one recorded at a clean
+        // shutdown (read by the log manager before it removed the markers).
+        let lifecycle = Arc::new(crate::broker_lifecycle::BrokerLifecycleManager::new(
+            replica_manager.previous_broker_epoch(),
+        ));
         let metadata = Arc::new(RwLock::new(controller.image()));
         // One client for everything this broker asks other nodes: the controller channel and
         // the replica fetchers (separate connections per purpose, see inter_broker.rs).
@@ -279,13 +296,14 @@ impl Server {
             controller.clone(),
             metadata.clone(),
             inter_broker.clone(),
+            lifecycle.clone(),
+            cluster_id.clone(),
         ));
         if config.controller_quorum.is_some() {
+            let mut fetcher_config = FetcherConfig::from_props(config.node_id, &config.props);
+            fetcher_config.lifecycle = Some(lifecycle.clone());
             replica_manager.enable_replication(Replication {
-                fetchers: FetcherManager::new(
-                    FetcherConfig::from_props(config.node_id, &config.props),
-                    inter_broker.clone(),
-                ),
+                fetchers: FetcherManager::new(fetcher_config, inter_broker.clone()),
                 alter_partition: alter_partition_sender(
                     channel.clone(),
                     Arc::downgrade(&replica_manager),
@@ -351,6 +369,8 @@ impl Server {
             // Only a complete image may judge a log stray; a quorum member's image is complete
             // only once it has caught up, so there this is left to a later version.
             replica_manager.remove_stray_logs(&controller.image());
+            // A new incarnation registers fenced; on a single node its first heartbeat follows
+            // at once and unfences it (there are no periodic heartbeats here).
             channel
                 .register_broker(
                     &config.advertised_host,
@@ -358,8 +378,12 @@ impl Server {
                     config.rack.clone(),
                 )
                 .await?;
+            channel
+                .heartbeat(crate::monotonic_ms(), config.unclean_leader_election_enable)
+                .await?;
+            metadata_loader.caught_up().await;
         } else {
-            tokio::spawn(register_until_done(
+            tokio::spawn(crate::broker_lifecycle::register_until_done(
                 channel.clone(),
                 controller.clone(),
                 config.clone(),
@@ -518,7 +542,9 @@ impl Server {
             tracing::warn!("requests still in flight at shutdown; closing the logs anyway");
         }
         self.broker.metadata_loader.shutdown().await;
-        self.broker.replica_manager.shutdown()?;
+        self.broker
+            .replica_manager
+            .shutdown(self.broker.channel.lifecycle().broker_epoch())?;
         self.broker.controller.shutdown().await;
         let _ = self.controller_stop.send(true);
         self.broker.inter_broker.close_all();
@@ -612,6 +638,7 @@ const CONTROLLED_SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
 /// of finding out by timeouts after it is gone and the session expires. Existing connections
 /// are served meanwhile; new ones are no longer accepted.
 async fn controlled_shutdown(broker: &Arc<Broker>) {
+    broker.channel.lifecycle().begin_shutdown();
     let deadline = tokio::time::Instant::now() + CONTROLLED_SHUTDOWN_LIMIT;
     let unclean = broker.config.unclean_leader_election_enable;
     let pause = Duration::from_millis(broker.config.broker_heartbeat_interval_ms.clamp(10, 500));
@@ -649,38 +676,6 @@ async fn controlled_shutdown(broker: &Arc<Broker>) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tracing::info!("controlled shutdown complete: no leaderships left");
-}
-
-/// In a quorum the broker registers once a controller is elected, through it, retrying until
-/// the active controller has recorded this broker's endpoint.
-async fn register_until_done(
-    channel: Arc<ControllerChannel>,
-    controller: Arc<QuorumController>,
-    config: Arc<BrokerConfig>,
-) {
-    loop {
-        if controller
-            .wait_for_leader(Duration::from_secs(5))
-            .await
-            .is_ok()
-        {
-            match channel
-                .register_broker(
-                    &config.advertised_host,
-                    config.advertised_port,
-                    config.rack.clone(),
-                )
-                .await
-            {
-                Ok(()) => {
-                    tracing::info!(controller = ?controller.active_controller(), "registered with the controller");
-                    return;
-                }
-                Err(e) => tracing::debug!(error = %e, "broker registration failed; retrying"),
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
 }
 
 /// ISR changes go to the active controller; a refusal lets the leader propose again.
@@ -723,7 +718,7 @@ async fn cluster_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     loop {
         tokio::select! {
             _ = stop.changed() => return,
-            _ = heartbeat.tick() => {
+            _ = heartbeat.tick(), if !broker.channel.lifecycle().is_shutting_down() => {
                 match broker.channel.heartbeat(crate::monotonic_ms(), cfg.unclean_leader_election_enable).await {
                     Ok(caught_up) => {
                         if caught_up && !released {
@@ -807,12 +802,11 @@ async fn background_chores(broker: Arc<Broker>, mut stop: watch::Receiver<bool>)
     }
 }
 
-/// Reads or writes `meta.properties` (Kafka's v1 layout) and returns the cluster id. A data dir
-/// that belongs to another node id is refused, as Kafka does.
-/// The cluster id of a quorum's nodes. Every node must report the same one (clients such as
-/// librdkafka refuse a bootstrap list that spans two cluster ids), and Kafka gets there by
-/// formatting every node with one id; Strom has no format step, so each node derives it from the
-/// voter set it was started with, which all nodes of one cluster share.
+/// The cluster id a fresh quorum node formats itself with (`meta_properties`: only when none of
+/// its dirs exists). Every node must report the same one (clients such as librdkafka refuse a
+/// bootstrap list that spans two cluster ids); Kafka gets there by formatting every node with
+/// one id (`strom format --cluster-id` does the same), and a node that formats itself derives
+/// it from the voter set it was started with, which all nodes of one cluster share.
 fn quorum_cluster_id(voters: &BTreeMap<i32, std::net::SocketAddr>) -> Uuid {
     let text = voters
         .iter()
@@ -840,43 +834,29 @@ fn new_cluster_id(quorum: Option<&BTreeMap<i32, std::net::SocketAddr>>) -> Strin
     }
 }
 
-/// One dir's `meta.properties` (see `log_manager::ensure_meta_properties`).
-#[cfg(test)]
-fn ensure_meta_properties(
-    dir: &std::path::Path,
-    node_id: i32,
-    quorum: Option<&BTreeMap<i32, std::net::SocketAddr>>,
-) -> Result<String, ServerError> {
-    crate::log_manager::ensure_meta_properties(&[dir.to_path_buf()], node_id, || {
-        new_cluster_id(quorum)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Fresh quorum nodes that format themselves agree on the cluster id.
     #[test]
     fn nodes_of_one_quorum_share_a_cluster_id() {
-        let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let root = tempfile::tempdir().unwrap();
         let voters = parse_quorum_voters_for_test("1@127.0.0.1:9093,2@127.0.0.1:9094");
-        let ids: Vec<String> = dirs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| ensure_meta_properties(d.path(), i as i32 + 1, Some(&voters)).unwrap())
+        let format = |dir: &str, node: i32, voters: &BTreeMap<i32, SocketAddr>| {
+            crate::meta_properties::load_and_verify(&[root.path().join(dir)], node, || {
+                new_cluster_id(Some(voters))
+            })
+            .unwrap()
+        };
+        let ids: Vec<String> = (1..=3)
+            .map(|i| format(&format!("n{i}"), i, &voters))
             .collect();
         assert!(ids.iter().all(|id| id == &ids[0]), "{ids:?}");
         // Stable across restarts, and another voter set is another cluster.
-        assert_eq!(
-            ensure_meta_properties(dirs[0].path(), 1, Some(&voters)).unwrap(),
-            ids[0]
-        );
+        assert_eq!(format("n1", 1, &voters), ids[0]);
         let other = parse_quorum_voters_for_test("1@127.0.0.1:9093,2@127.0.0.1:9095");
-        let d = tempfile::tempdir().unwrap();
-        assert_ne!(
-            ensure_meta_properties(d.path(), 1, Some(&other)).unwrap(),
-            ids[0]
-        );
+        assert_ne!(format("n4", 1, &other), ids[0]);
     }
 
     fn parse_quorum_voters_for_test(s: &str) -> BTreeMap<i32, std::net::SocketAddr> {

@@ -93,6 +93,10 @@ async fn replicas_follow_the_deltas() {
             host: "127.0.0.1".into(),
             port: 9000 + n,
             rack: None,
+            incarnation_id: uuid::Uuid::nil(),
+            broker_epoch: None,
+            fenced: None,
+            in_controlled_shutdown: None,
         });
     }
     records.extend([

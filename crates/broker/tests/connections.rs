@@ -31,6 +31,8 @@ async fn start(
         props,
     )
     .unwrap();
+    strom_broker::meta_properties::format(&config.log_dirs, config.node_id, "test-cluster", true)
+        .unwrap();
     let server = Server::start(config).await.unwrap();
     let addr = server.local_addr();
     let (tx, rx) = oneshot::channel::<()>();

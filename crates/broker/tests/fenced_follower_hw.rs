@@ -36,6 +36,8 @@ fn image(fenced: &[i32], isr: &[i32], partition_epoch: i32) -> MetadataImage {
                 host: "127.0.0.1".into(),
                 port: 9000 + id,
                 rack: None,
+                incarnation_id: Uuid::nil(),
+                epoch: -1,
                 fenced: fenced.contains(&id),
                 in_controlled_shutdown: false,
             },
@@ -91,14 +93,14 @@ async fn fencing_a_caught_up_follower_completes_waiting_acks_all() {
         .as_millis() as i64;
     p.append_records_to_leader(&batch(10), AppendOrigin::Client, 1, p.leader_epoch(), now)
         .unwrap();
-    assert!(p.update_follower_fetch_state(2, 10, 0, now, 10));
-    assert!(p.update_follower_fetch_state(3, 10, 0, now, 10));
+    assert!(p.update_follower_fetch_state(2, 10, 0, now, 10, -1));
+    assert!(p.update_follower_fetch_state(3, 10, 0, now, 10, -1));
     assert_eq!(p.high_watermark(), 10);
 
     // Follower 3 dies; follower 2 takes the next 5. acks=all for them waits for 3.
     p.append_records_to_leader(&batch(5), AppendOrigin::Client, 1, p.leader_epoch(), now)
         .unwrap();
-    assert!(p.update_follower_fetch_state(2, 15, 0, now, 15));
+    assert!(p.update_follower_fetch_state(2, 15, 0, now, 15, -1));
     assert_eq!(p.high_watermark(), 10);
     let pending = vec![(p.clone(), 15)];
     let acks = tokio::spawn(async move { wait_for_acks(&pending, Duration::from_secs(10)).await });

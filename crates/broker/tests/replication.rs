@@ -65,6 +65,13 @@ impl Leader {
             BTreeMap::new(),
         )
         .unwrap();
+        strom_broker::meta_properties::format(
+            &config.log_dirs,
+            config.node_id,
+            "test-cluster",
+            true,
+        )
+        .unwrap();
         let server = Server::start(config).await.unwrap();
         let addr = server.local_addr();
         let broker = server.broker();
@@ -319,13 +326,29 @@ async fn caught_up_follower_is_proposed_for_the_isr() {
     }
     // ISR = {leader}: the HW follows the leader's LEO alone.
     assert_eq!(lp.high_watermark(), 40);
+    // The follower as the leader's metadata knows it (KIP-903): registered under epoch 7, which
+    // its fetches (Fetch v15 `ReplicaState.ReplicaEpoch`) must carry for it to join the ISR.
+    let leader_epoch = leader.broker.image().brokers[&LEADER].epoch;
+    lp.set_broker_epochs(&[(LEADER, leader_epoch), (FOLLOWER, 7)].into());
     let fdir = tempfile::tempdir().unwrap();
     let fp = follower_partition(fdir.path(), &lp, 3);
-    let fetcher = ReplicaFetcher::start(fetcher_config(), LEADER, &leader.addr.to_string());
+    let lifecycle = Arc::new(strom_broker::broker_lifecycle::BrokerLifecycleManager::new(
+        -1,
+    ));
+    let mut config = fetcher_config();
+    config.lifecycle = Some(lifecycle.clone());
+    // First as an earlier incarnation (epoch 6): caught up, but not proposed.
+    lifecycle.set_broker_epoch(6);
+    let fetcher = ReplicaFetcher::start(config, LEADER, &leader.addr.to_string());
     fetcher.add_partitions(vec![(fp.clone(), 3)]);
+    eventually("follower caught up", || fp.high_watermark() == 40).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(proposals.lock().is_empty(), "{:?}", proposals.lock());
+    lifecycle.set_broker_epoch(7);
     eventually("expansion proposed", || !proposals.lock().is_empty()).await;
     let p = proposals.lock()[0].clone();
     assert_eq!(p.new_isr, vec![LEADER, FOLLOWER]);
+    assert_eq!(p.new_isr_broker_epochs, vec![leader_epoch, 7]);
     assert_eq!(
         (p.leader_epoch, p.partition_epoch, p.partition),
         (3, 100, 0)

@@ -34,7 +34,7 @@ pub fn unclean_election_enabled(image: &MetadataImage, topic: &str, broker_defau
 /// new leaders where it led. Kafka's `generateLeaderAndIsrUpdates(brokerToRemove = broker)`:
 /// `broker` is never an acceptable leader, others must be active; an ISR it is the last
 /// member of is kept (leader [`NO_LEADER`]) unless the topic allows an unclean election.
-fn remove_from_isrs(
+pub(crate) fn remove_from_isrs(
     image: &MetadataImage,
     broker: i32,
     unclean_for: &impl Fn(&str) -> bool,
@@ -213,9 +213,12 @@ pub fn balance_partition_leaders(image: &MetadataImage, max: usize) -> (Vec<Meta
 }
 
 /// The active controller's broker sessions (Kafka's `BrokerHeartbeatManager`, reduced to
-/// liveness): the last time, in monotonic milliseconds, each broker was heard from. Not part
-/// of the metadata: a controller that becomes active builds a new one with [`Self::activate`],
-/// giving every registered broker a fresh session, as Kafka's `ClusterControlManager.activate`.
+/// liveness): the last time, in monotonic milliseconds, each broker was heard from under its
+/// registered broker epoch (a heartbeat under another epoch is refused before it counts, and a
+/// new incarnation's registration drops the old one's session). Not part of the metadata: a
+/// controller that becomes active builds a new one with [`Self::activate`], giving every
+/// unfenced broker a fresh session, as Kafka's `ClusterControlManager.activate`. A fenced
+/// broker has no live session (Kafka's `hasValidSession`), whatever its last contact.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BrokerHeartbeatManager {
     last_contact_ms: BTreeMap<i32, u64>,
@@ -226,12 +229,32 @@ impl BrokerHeartbeatManager {
         Self::default()
     }
 
-    /// The table of a controller that has just become active: every broker registered in
+    /// The table of a controller that has just become active: every unfenced broker in
     /// `image` was last heard from `now_ms`.
     pub fn activate(image: &MetadataImage, now_ms: u64) -> Self {
         let mut m = Self::new();
-        m.reset(image.brokers.keys().copied(), now_ms);
+        m.reset(
+            image
+                .brokers
+                .values()
+                .filter(|b| !b.fenced)
+                .map(|b| b.node_id),
+            now_ms,
+        );
         m
+    }
+
+    /// Kafka's `hasValidSession`: `broker` is registered, unfenced and heard from within the
+    /// session timeout.
+    pub fn has_live_session(
+        &self,
+        image: &MetadataImage,
+        broker: i32,
+        now_ms: u64,
+        session_timeout_ms: u64,
+    ) -> bool {
+        image.brokers.get(&broker).is_some_and(|b| !b.fenced)
+            && self.has_valid_session(broker, now_ms, session_timeout_ms)
     }
 
     /// Forgets every session and starts `brokers` afresh at `now_ms` (controller failover).
@@ -661,7 +684,7 @@ mod tests {
         let p = &img.topic("t").unwrap().partitions[&0];
         assert_eq!((p.leader, p.isr.clone()), (2, vec![2]));
         // The leader 2 lets 1 back in with AlterPartition.
-        let recs = crate::partition_change::alter_partition(
+        let recs = crate::partition_change::tests::ap(
             &img,
             2,
             id,

@@ -161,6 +161,17 @@ pub struct QuorumController {
     /// Last contact per broker; only meaningful on the active controller, so it is reset
     /// (every broker gets a fresh session) whenever this node becomes active.
     heartbeats: Mutex<(bool, BrokerHeartbeatManager)>,
+    /// The cluster id of this node's log dirs (`meta.properties`); registrations from brokers
+    /// formatted for another cluster are refused. Unset: not checked.
+    cluster_id: std::sync::OnceLock<String>,
+    /// `broker.session.timeout.ms`, for the registration's live-session check.
+    broker_session_timeout_ms: std::sync::atomic::AtomicU64,
+    /// `strom.unsafe.trust.restarted.brokers`: registrations skip Kafka's incarnation checks
+    /// (see `broker_registration::Incarnations`). Only for tests of the nemesis checker.
+    unsafe_trust_restarted_brokers: std::sync::atomic::AtomicBool,
+    /// Tests: check live sessions at registration on a single node too.
+    #[cfg(test)]
+    check_registration_sessions: std::sync::atomic::AtomicBool,
 }
 
 impl QuorumController {
@@ -182,6 +193,13 @@ impl QuorumController {
             defaults,
             broker_topic_defaults: std::sync::OnceLock::new(),
             heartbeats: Mutex::new((false, BrokerHeartbeatManager::new())),
+            cluster_id: std::sync::OnceLock::new(),
+            broker_session_timeout_ms: std::sync::atomic::AtomicU64::new(
+                crate::cluster_control::DEFAULT_BROKER_SESSION_TIMEOUT_MS,
+            ),
+            unsafe_trust_restarted_brokers: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(test)]
+            check_registration_sessions: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -203,6 +221,13 @@ impl QuorumController {
             defaults,
             broker_topic_defaults: std::sync::OnceLock::new(),
             heartbeats: Mutex::new((false, BrokerHeartbeatManager::new())),
+            cluster_id: std::sync::OnceLock::new(),
+            broker_session_timeout_ms: std::sync::atomic::AtomicU64::new(
+                crate::cluster_control::DEFAULT_BROKER_SESSION_TIMEOUT_MS,
+            ),
+            unsafe_trust_restarted_brokers: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(test)]
+            check_registration_sessions: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -224,6 +249,51 @@ impl QuorumController {
     /// config's name) that topic configs are validated over; later calls are ignored.
     pub fn set_broker_topic_defaults(&self, values: BTreeMap<String, String>) {
         let _ = self.broker_topic_defaults.set(values);
+    }
+
+    /// Sets, once at start-up, this node's cluster id (later calls are ignored).
+    pub fn set_cluster_id(&self, cluster_id: String) {
+        let _ = self.cluster_id.set(cluster_id);
+    }
+
+    /// Sets `broker.session.timeout.ms` (default Kafka's 9 s).
+    pub fn set_broker_session_timeout_ms(&self, ms: u64) {
+        self.broker_session_timeout_ms
+            .store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Turns Kafka's checks of restarted brokers off (`strom.unsafe.trust.restarted.brokers`):
+    /// a broker that lost data may lead again with what it has left. Tests only.
+    pub fn set_unsafe_trust_restarted_brokers(&self, on: bool) {
+        if on {
+            tracing::warn!(
+                "strom.unsafe.trust.restarted.brokers=true: restarted brokers are trusted; a \
+                 broker that lost data may lead again and acknowledged records may be lost"
+            );
+        }
+        self.unsafe_trust_restarted_brokers
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn unsafe_trust_restarted_brokers(&self) -> bool {
+        self.unsafe_trust_restarted_brokers
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn broker_session_timeout_ms(&self) -> u64 {
+        self.broker_session_timeout_ms
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether a single node checks the registered incarnation's session as a cluster does
+    /// (never outside tests: there the old incarnation was this very process).
+    fn registration_sessions_checked(&self) -> bool {
+        #[cfg(test)]
+        return self
+            .check_registration_sessions
+            .load(std::sync::atomic::Ordering::Relaxed);
+        #[cfg(not(test))]
+        false
     }
 
     /// A topic config's value when the topic does not set it.
@@ -249,14 +319,13 @@ impl QuorumController {
         topic_config::validate_values(&effective).map_err(ControllerError::InvalidConfig)
     }
 
-    /// How far this node has replayed the metadata log: the Raft index of the last entry
-    /// applied (the image offset on a single node); -1 before anything. The active controller
-    /// compares a broker's with its own to tell it whether it has caught up.
+    /// How far this node has replayed the metadata log: the offset of the last record replayed
+    /// (Kafka's `currentMetadataOffset`), -1 before anything; record offsets are those broker
+    /// epochs are. A broker's heartbeat carries its own: the active controller unfences it once
+    /// it has replayed its registration, and tells it it has caught up once it has replayed
+    /// what the controller has.
     pub fn applied_offset(&self) -> i64 {
-        match &self.backend {
-            Backend::Local(_) => self.state.image().offset as i64,
-            Backend::Raft(q) => q.status().last_applied.map_or(-1, |i| i as i64),
-        }
+        self.state.image().offset as i64 - 1
     }
 
     /// Whether this node is the active controller as the quorum knows it, with everything in its
@@ -352,16 +421,19 @@ impl QuorumController {
         }
     }
 
-    /// AlterPartition from a partition leader: an ISR change checked against the partition and
-    /// leader epochs (Kafka's `ReplicationControlManager.alterPartition`).
+    /// AlterPartition from a partition leader registered under `broker_epoch`: an ISR change
+    /// checked against the broker epochs, the partition and leader epochs (Kafka's
+    /// `ReplicationControlManager.alterPartition`, KIP-903).
+    #[allow(clippy::too_many_arguments)]
     pub async fn alter_partition(
         &self,
         broker_id: i32,
+        broker_epoch: i64,
         topic_id: Uuid,
         partition: i32,
         leader_epoch: i32,
         partition_epoch: i32,
-        new_isr: Vec<i32>,
+        new_isr: &[crate::partition_change::BrokerState],
     ) -> Result<(), ControllerError> {
         let _op = self.op_lock.lock().await;
         self.check_active()?;
@@ -369,6 +441,7 @@ impl QuorumController {
         let records = crate::partition_change::alter_partition(
             &image,
             broker_id,
+            broker_epoch,
             topic_id,
             partition,
             leader_epoch,
@@ -984,9 +1057,72 @@ fn partition_record(
 
 #[path = "broker_lifecycle.rs"]
 mod broker_lifecycle;
+pub use broker_lifecycle::HeartbeatReply;
 
 #[path = "log_dirs.rs"]
 pub mod log_dirs;
+
+/// Broker lifecycle shortcuts for the tests of this crate.
+#[cfg(test)]
+impl QuorumController {
+    /// Registers incarnation `incarnation` of broker `b` (after a clean shutdown in epoch
+    /// `previous_broker_epoch`, -1: none).
+    pub(crate) async fn register_for_test(
+        &self,
+        b: i32,
+        incarnation: u128,
+        previous_broker_epoch: i64,
+        now_ms: u64,
+    ) -> Result<i64, ControllerError> {
+        let req = crate::broker_registration::BrokerRegistration {
+            node_id: b,
+            incarnation_id: Uuid::from_u128(incarnation),
+            host: "127.0.0.1".into(),
+            port: 9090 + b,
+            rack: None,
+            previous_broker_epoch,
+        };
+        self.register_broker(&req, None, now_ms, false).await
+    }
+
+    /// A heartbeat of broker `b` under its registered epoch, having replayed everything.
+    pub(crate) async fn heartbeat_for_test(
+        &self,
+        b: i32,
+        now_ms: u64,
+    ) -> Result<HeartbeatReply, ControllerError> {
+        let epoch = self.image().brokers.get(&b).map_or(-1, |i| i.epoch);
+        self.heartbeat(b, epoch, self.applied_offset(), now_ms, false)
+            .await
+    }
+
+    /// Broker `b`'s first incarnation (id `b`), registered and unfenced at `now_ms`.
+    pub(crate) async fn add_broker_for_test(
+        &self,
+        b: i32,
+        now_ms: u64,
+    ) -> Result<i64, ControllerError> {
+        let epoch = self.register_for_test(b, b as u128, -1, now_ms).await?;
+        self.heartbeat_for_test(b, now_ms).await?;
+        Ok(epoch)
+    }
+
+    /// Makes this single-node controller check live sessions at registration, as a quorum's.
+    pub(crate) fn check_registration_sessions_for_test(&self) {
+        self.check_registration_sessions
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A heartbeat with `wantShutDown` under the registered epoch.
+    pub(crate) async fn controlled_shutdown_for_test(
+        &self,
+        b: i32,
+        now_ms: u64,
+    ) -> Result<bool, ControllerError> {
+        let epoch = self.image().brokers.get(&b).map_or(-1, |i| i.epoch);
+        self.controlled_shutdown(b, epoch, now_ms, false).await
+    }
+}
 
 #[cfg(test)]
 #[path = "controller_tests.rs"]

@@ -18,7 +18,7 @@ fn controller(dir: &Path) -> QuorumController {
         },
     )
     .unwrap();
-    block(c.register_broker(1, "127.0.0.1", 9092, None, 1)).unwrap();
+    block(c.add_broker_for_test(1, 1)).unwrap();
     c
 }
 
@@ -210,7 +210,7 @@ fn broker_fenced_exactly_after_its_session_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let c = controller(dir.path());
     for b in [2, 3] {
-        block(c.register_broker(b, "127.0.0.1", 9090 + b, None, 1)).unwrap();
+        block(c.add_broker_for_test(b, 1)).unwrap();
     }
     let mut s = spec("t", 1);
     s.replication_factor = 3;
@@ -220,10 +220,10 @@ fn broker_fenced_exactly_after_its_session_timeout() {
     let leader = partition(&c).leader;
     let others: Vec<i32> = [1, 2, 3].into_iter().filter(|&b| b != leader).collect();
     for b in [1, 2, 3] {
-        assert!(!block(c.heartbeat(b, T0, false)).unwrap());
+        assert!(!block(c.heartbeat_for_test(b, T0)).unwrap().is_fenced);
     }
     for &b in &others {
-        block(c.heartbeat(b, T0 + 4_000, false)).unwrap();
+        block(c.heartbeat_for_test(b, T0 + 4_000)).unwrap();
     }
 
     block(c.fence_stale_brokers(T0 + TIMEOUT, TIMEOUT, false));
@@ -239,7 +239,7 @@ fn broker_fenced_exactly_after_its_session_timeout() {
     assert!(others.iter().all(|&b| !fenced(&c, b)));
 
     // A heartbeat unfences it; leadership stays where it went.
-    block(c.heartbeat(leader, T0 + TIMEOUT + 2, false)).unwrap();
+    block(c.heartbeat_for_test(leader, T0 + TIMEOUT + 2)).unwrap();
     assert!(!fenced(&c, leader));
     assert!(others.contains(&partition(&c).leader));
 
@@ -250,7 +250,7 @@ fn broker_fenced_exactly_after_its_session_timeout() {
         now += 500;
         if step % 4 == 0 {
             for b in [1, 2, 3] {
-                block(c.heartbeat(b, now, false)).unwrap();
+                block(c.heartbeat_for_test(b, now)).unwrap();
             }
         }
         block(c.fence_stale_brokers(now, TIMEOUT, false));
@@ -258,36 +258,163 @@ fn broker_fenced_exactly_after_its_session_timeout() {
     }
 }
 
-/// A broker's session starts at its registration (Kafka's `BrokerHeartbeatManager.register`):
-/// one that registers and never heartbeats is fenced after the session timeout too.
+/// A new incarnation registers fenced, without a session (Kafka's `register(id, fenced)`):
+/// its first heartbeat that has replayed its own registration unfences it and starts the
+/// session, which then expires as any other.
 #[test]
-fn registration_starts_the_session() {
+fn registration_is_fenced_until_a_caught_up_heartbeat() {
     const TIMEOUT: u64 = 2_000;
     let dir = tempfile::tempdir().unwrap();
     let c = controller(dir.path());
-    block(c.heartbeat(1, 10_000, false)).unwrap();
-    block(c.register_broker(2, "127.0.0.1", 9093, None, 10_000)).unwrap();
-    block(c.fence_stale_brokers(12_000, TIMEOUT, false));
-    assert!(!c.image().brokers[&2].fenced);
-    block(c.fence_stale_brokers(12_001, TIMEOUT, false));
+    let epoch = block(c.register_for_test(2, 2, -1, 10_000)).unwrap();
+    assert_eq!(epoch, c.image().offset as i64 - 1, "its record's offset");
     assert!(c.image().brokers[&2].fenced);
-    // Re-registering (a restart) renews the session, it does not unfence.
-    block(c.register_broker(2, "127.0.0.1", 9093, None, 20_000)).unwrap();
+    // Nothing to expire while fenced.
+    block(c.fence_stale_brokers(20_000, TIMEOUT, false));
+    // Not yet replayed its own registration: stays fenced.
+    let r = block(c.heartbeat(2, epoch, epoch - 1, 20_000, false)).unwrap();
+    assert!(r.is_fenced && c.image().brokers[&2].fenced);
+    let r = block(c.heartbeat(2, epoch, epoch, 20_001, false)).unwrap();
+    assert!(!r.is_fenced && !c.image().brokers[&2].fenced);
+    block(c.fence_stale_brokers(22_001, TIMEOUT, false));
+    assert!(!c.image().brokers[&2].fenced, "exactly at the timeout");
+    block(c.fence_stale_brokers(22_002, TIMEOUT, false));
     assert!(c.image().brokers[&2].fenced);
-    block(c.heartbeat(2, 20_001, false)).unwrap();
-    assert!(!c.image().brokers[&2].fenced);
+}
+
+/// Kafka's `checkBrokerEpoch` on heartbeats: one under another epoch than the registered one
+/// (an earlier incarnation, a guess) or from an unregistered broker is STALE_BROKER_EPOCH and
+/// keeps no session alive.
+#[test]
+fn heartbeat_under_a_stale_epoch_is_refused_and_renews_nothing() {
+    const TIMEOUT: u64 = 2_000;
+    let dir = tempfile::tempdir().unwrap();
+    let c = controller(dir.path());
+    let first = block(c.add_broker_for_test(2, 1_000)).unwrap();
+    let code = |r: Result<crate::HeartbeatReply, ControllerError>| r.unwrap_err().code();
+    assert_eq!(code(block(c.heartbeat(2, first + 1, 99, 1_500, false))), 77);
+    assert_eq!(code(block(c.heartbeat(9, 0, 99, 1_500, false))), 77);
+    // A restart: a new epoch; the old incarnation's heartbeats are refused.
+    let second = block(c.register_for_test(2, 22, first, 1_600)).unwrap();
+    assert!(second > first);
+    assert_eq!(code(block(c.heartbeat(2, first, 99, 1_700, false))), 77);
+    assert_eq!(
+        block(c.heartbeat(2, first, 99, 1_700, false))
+            .unwrap_err()
+            .to_string(),
+        format!("Expected broker epoch {second}, but got broker epoch {first}")
+    );
+    block(c.heartbeat_for_test(2, 1_800)).unwrap();
+    // Refused heartbeats do not renew the session: fenced 1 ms after last good contact +
+    // timeout.
+    assert_eq!(code(block(c.heartbeat(2, first, 99, 3_700, false))), 77);
+    block(c.fence_stale_brokers(3_801, TIMEOUT, false));
+    assert!(c.image().brokers[&2].fenced);
+}
+
+/// A new incarnation while the registered one has a live session is
+/// DUPLICATE_BROKER_REGISTRATION (Kafka's `registerBroker`), with or without a clean previous
+/// epoch; the same incarnation amends its registration. Once the old session expired and it
+/// was fenced, the new incarnation registers: an unclean one out of every ISR, fenced, with
+/// the next broker epoch.
+#[test]
+fn new_incarnation_waits_for_the_old_session_and_leaves_the_isrs() {
+    const TIMEOUT: u64 = crate::cluster_control::DEFAULT_BROKER_SESSION_TIMEOUT_MS;
+    let dir = tempfile::tempdir().unwrap();
+    let c = controller(dir.path());
+    c.check_registration_sessions_for_test();
+    for b in [2, 3] {
+        block(c.add_broker_for_test(b, 1)).unwrap();
+    }
+    let mut s = spec("t", 1);
+    s.replication_factor = 3;
+    assert!(block(c.create_topics(&[s], false))[0].is_ok());
+    let p = || c.image().topic("t").unwrap().partitions[&0].clone();
+    let leader = p().leader;
+    let epoch = c.image().brokers[&leader].epoch;
+    for b in [1, 2, 3] {
+        block(c.heartbeat_for_test(b, 1_000)).unwrap();
+    }
+    // The leader is SIGKILLed and restarts at once: a new incarnation.
+    let e = block(c.register_for_test(leader, 77, -1, 1_500)).unwrap_err();
+    assert_eq!(e.code(), 101, "{e}");
+    let e = block(c.register_for_test(leader, 77, epoch, 1_500)).unwrap_err();
+    assert_eq!(e.code(), 101, "{e}");
+    assert_eq!(p().leader, leader, "nothing changed");
+    // The old incarnation may amend its own registration.
+    assert_eq!(
+        block(c.register_for_test(leader, leader as u128, -1, 1_500)).unwrap(),
+        epoch
+    );
+    // Its session expires; the others heartbeat.
+    for b in [1, 2, 3].into_iter().filter(|&b| b != leader) {
+        block(c.heartbeat_for_test(b, 8_000)).unwrap();
+    }
+    block(c.fence_stale_brokers(1_000 + TIMEOUT + 1, TIMEOUT, false));
+    assert!(c.image().brokers[&leader].fenced);
+    let moved = p();
+    assert_ne!(moved.leader, leader);
+    assert!(!moved.isr.contains(&leader));
+    // Now the new incarnation registers: fenced, a new epoch, still out of the ISR.
+    let new_epoch = block(c.register_for_test(leader, 77, -1, 10_100)).unwrap();
+    assert!(new_epoch > epoch);
+    let info = c.image().brokers[&leader].clone();
+    assert!(info.fenced && info.epoch == new_epoch, "{info:?}");
+    assert_eq!(info.incarnation_id, Uuid::from_u128(77));
+    block(c.heartbeat_for_test(leader, 10_200)).unwrap();
+    assert!(!c.image().brokers[&leader].fenced);
+    let after = p();
+    assert_eq!((after.leader, after.isr.clone()), (moved.leader, moved.isr));
+}
+
+/// An unclean restart noticed only at registration (the old session expired without the
+/// controller fencing it yet, or the controller failed over): the registration itself takes
+/// the broker out of every ISR and moves its leaderships, unless its previous broker epoch
+/// says it shut down cleanly.
+#[test]
+fn unclean_registration_takes_the_broker_out_of_every_isr() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = controller(dir.path());
+    for b in [2, 3] {
+        block(c.add_broker_for_test(b, 1)).unwrap();
+    }
+    let mut s = spec("t", 1);
+    s.replication_factor = 3;
+    assert!(block(c.create_topics(&[s], false))[0].is_ok());
+    let p = || c.image().topic("t").unwrap().partitions[&0].clone();
+    let leader = p().leader;
+    let epoch = c.image().brokers[&leader].epoch;
+    // Clean: nothing moves but the registration.
+    block(c.register_for_test(leader, 50, epoch, 100)).unwrap();
+    assert_eq!((p().leader, p().isr.len()), (leader, 3));
+    let clean_epoch = c.image().brokers[&leader].epoch;
+    block(c.heartbeat_for_test(leader, 110)).unwrap();
+    // Unclean (the clean-shutdown file had another epoch, or none).
+    for (incarnation, previous) in [(51, clean_epoch - 1), (52, -1)] {
+        let before = p();
+        block(c.register_for_test(leader, incarnation, previous, 200)).unwrap();
+        let after = p();
+        assert!(!after.isr.contains(&leader), "{after:?}");
+        if before.leader == leader {
+            assert_ne!(after.leader, leader);
+            assert_eq!(after.leader_epoch, before.leader_epoch + 1);
+        }
+        assert!(c.image().brokers[&leader].fenced);
+    }
 }
 
 /// Kafka's controlled shutdown: a heartbeat with wantShutDown moves the broker's leaderships
 /// to other ISR members and takes it out of every ISR, and `shouldShutDown` is true once it
-/// leads nothing. Back before its session expired, it registers as a new incarnation (fenced,
-/// the shutdown flag cleared) and its first heartbeat unfences it.
+/// leads nothing, when it is fenced (Kafka's SHUTDOWN_NOW) so that its session ends. Restarted,
+/// it registers at once as a new incarnation (fenced, the shutdown flag cleared) and its first
+/// heartbeat unfences it.
 #[test]
 fn controlled_shutdown_moves_leaderships_first() {
     let dir = tempfile::tempdir().unwrap();
     let c = controller(dir.path());
+    c.check_registration_sessions_for_test();
     for b in [2, 3] {
-        block(c.register_broker(b, "127.0.0.1", 9090 + b, None, 1)).unwrap();
+        block(c.add_broker_for_test(b, 1)).unwrap();
     }
     let mut s = spec("t", 3);
     s.replication_factor = 3;
@@ -301,8 +428,9 @@ fn controlled_shutdown_moves_leaderships_first() {
         "placement gives every broker a leadership"
     );
     let epochs_before: Vec<i32> = parts(&c).values().map(|p| p.leader_epoch).collect();
+    let epoch = c.image().brokers[&b].epoch;
 
-    assert!(block(c.controlled_shutdown(b, 10, false)).unwrap());
+    assert!(block(c.controlled_shutdown_for_test(b, 10)).unwrap());
     assert_eq!(leaders_of(&c, b), 0);
     for (p, before) in parts(&c).values().zip(epochs_before) {
         assert!(!p.isr.contains(&b), "{p:?}");
@@ -310,17 +438,107 @@ fn controlled_shutdown_moves_leaderships_first() {
         assert!(p.leader_epoch >= before);
     }
     let info = c.image().brokers[&b].clone();
-    assert!(info.in_controlled_shutdown && !info.fenced, "{info:?}");
+    assert!(info.in_controlled_shutdown && info.fenced, "{info:?}");
     // Asking again changes nothing and still says yes.
     let offset = c.image().offset;
-    assert!(block(c.controlled_shutdown(b, 20, false)).unwrap());
+    assert!(block(c.controlled_shutdown_for_test(b, 20)).unwrap());
     assert_eq!(c.image().offset, offset);
 
-    // The restarted broker registers again: fenced, no longer shutting down; its heartbeat
-    // unfences it.
-    block(c.register_broker(b, "127.0.0.1", 9091, None, 30)).unwrap();
+    // The restarted broker registers again at once (no live session): fenced, no longer
+    // shutting down; its heartbeat unfences it.
+    block(c.register_for_test(b, 10, epoch, 30)).unwrap();
     let info = c.image().brokers[&b].clone();
     assert!(info.fenced && !info.in_controlled_shutdown, "{info:?}");
-    block(c.heartbeat(b, 40, false)).unwrap();
+    block(c.heartbeat_for_test(b, 40)).unwrap();
     assert!(!c.image().brokers[&b].fenced);
+}
+
+/// KIP-903 through the controller: AlterPartition under a stale broker epoch is refused as a
+/// whole, and a member known by an earlier incarnation's epoch is INELIGIBLE_REPLICA.
+#[test]
+fn alter_partition_with_broker_epochs() {
+    use crate::partition_change::BrokerState;
+    let dir = tempfile::tempdir().unwrap();
+    let c = controller(dir.path());
+    for b in [2, 3] {
+        block(c.add_broker_for_test(b, 1)).unwrap();
+    }
+    let mut s = spec("t", 1);
+    s.replication_factor = 3;
+    assert!(block(c.create_topics(&[s], false))[0].is_ok());
+    let p = c.image().topic("t").unwrap().partitions[&0].clone();
+    let id = c.image().topic("t").unwrap().id;
+    let epochs: std::collections::BTreeMap<i32, i64> = c
+        .image()
+        .brokers
+        .iter()
+        .map(|(&b, i)| (b, i.epoch))
+        .collect();
+    let leader = p.leader;
+    let follower = *p.isr.iter().find(|&&b| b != leader).unwrap();
+    let shrunk: Vec<i32> = p.isr.iter().copied().filter(|&b| b != follower).collect();
+    let call = |broker_epoch: i64, isr: Vec<BrokerState>, pe: i32| {
+        block(c.alter_partition(leader, broker_epoch, id, 0, p.leader_epoch, pe, &isr))
+    };
+    let with_epochs = |ids: &[i32]| -> Vec<BrokerState> {
+        ids.iter()
+            .map(|&b| BrokerState {
+                broker_id: b,
+                broker_epoch: epochs[&b],
+            })
+            .collect()
+    };
+    let e = call(epochs[&leader] - 1, with_epochs(&shrunk), p.partition_epoch).unwrap_err();
+    assert_eq!(e.code(), 77, "{e}");
+    call(epochs[&leader], with_epochs(&shrunk), p.partition_epoch).unwrap();
+    // The follower restarts (new incarnation); the leader proposes it back with the epoch of
+    // a fetch its previous incarnation sent.
+    block(c.register_for_test(follower, 99, epochs[&follower], 50)).unwrap();
+    block(c.heartbeat_for_test(follower, 60)).unwrap();
+    let mut back = with_epochs(&shrunk);
+    back.push(BrokerState {
+        broker_id: follower,
+        broker_epoch: epochs[&follower],
+    });
+    let e = call(epochs[&leader], back.clone(), p.partition_epoch + 1).unwrap_err();
+    assert_eq!(e.code(), 107, "{e}");
+    back.last_mut().unwrap().broker_epoch = c.image().brokers[&follower].epoch;
+    call(epochs[&leader], back, p.partition_epoch + 1).unwrap();
+    assert_eq!(c.image().topic("t").unwrap().partitions[&0].isr.len(), 3);
+}
+
+/// The broker epoch is the registration record's offset in the metadata log, the same after
+/// the log is replayed at a restart.
+#[test]
+fn broker_epochs_survive_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = controller(dir.path());
+    let e2 = block(c.add_broker_for_test(2, 1)).unwrap();
+    assert!(block(c.create_topics(&[spec("x", 2)], false))[0].is_ok());
+    let e2b = block(c.register_for_test(2, 222, -1, 5)).unwrap();
+    assert!(e2b > e2);
+    let before: Vec<(i32, i64)> = c
+        .image()
+        .brokers
+        .iter()
+        .map(|(&b, i)| (b, i.epoch))
+        .collect();
+    let offset = c.image().offset;
+    drop(c);
+    let c = QuorumController::open(
+        &dir.path().join("meta.log"),
+        TopicDefaults {
+            num_partitions: 1,
+            replication_factor: 1,
+        },
+    )
+    .unwrap();
+    let after: Vec<(i32, i64)> = c
+        .image()
+        .brokers
+        .iter()
+        .map(|(&b, i)| (b, i.epoch))
+        .collect();
+    assert_eq!(before, after);
+    assert_eq!(c.image().offset, offset);
 }

@@ -63,6 +63,10 @@ fn replay_publishes_what_each_batch_changed() {
             host: "h".into(),
             port: 1,
             rack: None,
+            incarnation_id: uuid::Uuid::nil(),
+            broker_epoch: None,
+            fenced: None,
+            in_controlled_shutdown: None,
         },
         topic("t", id),
         MetadataRecord::TopicConfig {

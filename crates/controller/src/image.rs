@@ -13,10 +13,16 @@ pub struct BrokerInfo {
     pub host: String,
     pub port: i32,
     pub rack: Option<String>,
-    /// A fenced broker leads no partition and may not join an ISR. A broker's first
-    /// registration starts unfenced (so the single-node cluster works without heartbeats;
-    /// Kafka registers brokers fenced and unfences them on their first caught-up heartbeat);
-    /// a re-registration keeps the current flags. Changed by `BrokerRegistrationChange`.
+    /// The registered incarnation of the broker process (nil: registered before incarnations
+    /// were recorded).
+    pub incarnation_id: Uuid,
+    /// Kafka's broker epoch: the offset in the metadata log of the record that registered this
+    /// incarnation. Heartbeats, AlterPartition and follower fetches carry it; one that differs
+    /// is stale (STALE_BROKER_EPOCH, INELIGIBLE_REPLICA).
+    pub epoch: i64,
+    /// A fenced broker leads no partition and may not join an ISR. A new incarnation registers
+    /// fenced and is unfenced by its first heartbeat (Kafka's rule); an amended registration
+    /// keeps the flags. Changed by `BrokerRegistrationChange`.
     pub fenced: bool,
     /// The broker asked for a controlled shutdown: it stays a replica but no longer leads or
     /// joins an ISR.
@@ -66,7 +72,9 @@ pub struct MetadataImage {
     pub brokers: BTreeMap<i32, BrokerInfo>,
     pub topics: BTreeMap<String, TopicImage>,
     pub topic_names_by_id: HashMap<Uuid, String>,
-    /// Number of records replayed; the image's position in the log.
+    /// The image's position in the metadata log: how many records precede its next record
+    /// (Kafka's record offsets). Every record counts, on every node and in every replay, and a
+    /// snapshot carries it, so the offset of a record (a broker epoch) never changes.
     pub offset: u64,
     /// The first producer id not yet handed out in any block.
     pub next_producer_id: i64,
@@ -86,8 +94,12 @@ impl MetadataImage {
                 host,
                 port,
                 rack,
+                incarnation_id,
+                broker_epoch,
+                fenced,
+                in_controlled_shutdown,
             } => {
-                let (fenced, in_controlled_shutdown) = self
+                let (was_fenced, was_shutting_down) = self
                     .brokers
                     .get(node_id)
                     .map_or((false, false), |b| (b.fenced, b.in_controlled_shutdown));
@@ -98,8 +110,11 @@ impl MetadataImage {
                         host: host.clone(),
                         port: *port,
                         rack: rack.clone(),
-                        fenced,
-                        in_controlled_shutdown,
+                        incarnation_id: *incarnation_id,
+                        // This record's offset: `offset` already counts it.
+                        epoch: broker_epoch.unwrap_or(self.offset as i64 - 1),
+                        fenced: fenced.unwrap_or(was_fenced),
+                        in_controlled_shutdown: in_controlled_shutdown.unwrap_or(was_shutting_down),
                     },
                 );
             }
@@ -319,7 +334,42 @@ mod tests {
             host: host.into(),
             port: 9092,
             rack: None,
+            incarnation_id: Uuid::nil(),
+            broker_epoch: None,
+            fenced: None,
+            in_controlled_shutdown: None,
         });
+    }
+
+    /// A new incarnation's epoch is its record's offset; an amendment names the epoch it keeps;
+    /// the flags are the record's when it has them.
+    #[test]
+    fn broker_epoch_is_the_registration_records_offset() {
+        let mut img = MetadataImage::default();
+        img.replay(&MetadataRecord::Topic {
+            name: "t".into(),
+            topic_id: Uuid::new_v4(),
+        });
+        let reg = |epoch: Option<i64>, fenced: Option<bool>| MetadataRecord::RegisterBroker {
+            node_id: 1,
+            host: "h".into(),
+            port: 9092,
+            rack: None,
+            incarnation_id: Uuid::from_u128(7),
+            broker_epoch: epoch,
+            fenced,
+            in_controlled_shutdown: Some(false),
+        };
+        img.replay(&reg(None, Some(true)));
+        assert_eq!(img.brokers[&1].epoch, 1, "the record at offset 1");
+        assert!(img.brokers[&1].fenced);
+        assert_eq!(img.brokers[&1].incarnation_id, Uuid::from_u128(7));
+        img.replay(&reg(Some(1), None));
+        assert_eq!(img.brokers[&1].epoch, 1, "amended, same epoch");
+        assert!(img.brokers[&1].fenced, "flags kept");
+        img.replay(&reg(None, Some(false)));
+        assert_eq!(img.brokers[&1].epoch, 3);
+        assert!(!img.brokers[&1].fenced);
     }
 
     #[test]

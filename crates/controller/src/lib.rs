@@ -4,8 +4,11 @@
 //! As in KRaft, request handlers never change state directly: [`QuorumController`] validates a
 //! request against the current [`MetadataImage`] and returns [`MetadataRecord`]s; the records are
 //! appended to the [`MetadataLog`] and only [`MetadataImage::replay`] applies them. Start-up
-//! replays the same log through the same function. Today the log is a local file on a single
-//! node; the Raft quorum replaces [`MetadataLog`] without touching the records or the replay.
+//! replays the same log through the same function. On a single node the log is a local file
+//! ([`MetadataLog`]); in a cluster it is the Raft quorum's (`strom_raft`), with the same records
+//! and replay. Every record has an offset — its position in the log, kept across replays and
+//! snapshots ([`MetadataImage::offset`]) — and a broker's epoch is the offset of its
+//! registration record.
 //!
 //! - [`record`]: the metadata records.
 //! - [`image`]: the replayed state, published to the broker as an immutable snapshot.
@@ -13,8 +16,15 @@
 //! - [`log`]: the durable, checksummed record log.
 //! - [`topic_config`]: the topic-level configs, their defaults, types and validation.
 //! - [`names`]: Kafka's topic-name rules.
-//! - [`controller`]: request handling (create/delete topics, partitions, configs).
+//! - [`controller`]: request handling (create/delete topics, partitions, configs), broker
+//!   registration, heartbeats and fencing.
+//! - [`broker_registration`]: Kafka's registration rules: incarnations, broker epochs (the
+//!   offset of the registration record), DUPLICATE_BROKER_REGISTRATION, an unclean
+//!   shutdown taking the broker out of every ISR.
+//! - [`cluster_control`], [`partition_change`], [`placement`]: the pure rules of fencing,
+//!   elections, ISR changes (AlterPartition with KIP-903's broker epochs) and placement.
 
+pub mod broker_registration;
 pub mod controller;
 pub mod delta;
 pub mod image;
@@ -24,13 +34,16 @@ pub mod record;
 pub mod state;
 pub mod topic_config;
 
+pub use broker_registration::BrokerRegistration;
 pub use controller::log_dirs;
 pub use controller::{
-    ControllerError, CreateTopicSpec, ProducerIdBlock, QuorumController, PRODUCER_ID_BLOCK_SIZE,
+    ControllerError, CreateTopicSpec, HeartbeatReply, ProducerIdBlock, QuorumController,
+    PRODUCER_ID_BLOCK_SIZE,
 };
 pub use delta::{LocalPartition, LocalReplicaChanges, MetadataDelta, RemovedTopic};
 pub use image::{BrokerInfo, MetadataImage, PartitionRegistration, TopicImage};
 pub use log::MetadataLog;
+pub use partition_change::BrokerState;
 pub use record::MetadataRecord;
 pub mod cluster_control;
 pub mod partition_change;

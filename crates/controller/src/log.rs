@@ -96,6 +96,10 @@ mod tests {
             host: "h".into(),
             port: 1,
             rack: None,
+            incarnation_id: uuid::Uuid::nil(),
+            broker_epoch: None,
+            fenced: None,
+            in_controlled_shutdown: None,
         }
     }
 

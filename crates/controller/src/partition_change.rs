@@ -166,10 +166,10 @@ pub fn build_partition_change(
 /// An AlterPartition rejection, with Kafka's error code ([`AlterPartitionError::code`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AlterPartitionError {
-    /// The requesting broker is not registered (Kafka's `checkBrokerEpoch`, a request-level
-    /// error).
-    #[error("No broker registration found for broker id {0}")]
-    StaleBrokerEpoch(i32),
+    /// The requesting broker is not registered, or under another broker epoch (Kafka's
+    /// `checkBrokerEpoch`, a request-level error).
+    #[error("{0}")]
+    StaleBrokerEpoch(String),
     /// AlterPartition v2+ names topics by id.
     #[error("This server does not host this topic ID.")]
     UnknownTopicId,
@@ -210,13 +210,54 @@ impl AlterPartitionError {
     }
 }
 
-/// AlterPartition (v2+, topic ids) for one partition: the leader `broker_id` asks to set the
-/// ISR to `new_isr`, quoting the leader and partition epochs it knows. Checks in Kafka's order
+/// One member of a proposed ISR with the broker epoch the leader knows it by (Kafka's
+/// `AlterPartitionRequestData.BrokerState`, KIP-903): the epoch of the follower's fetches, -1
+/// when unknown (AlterPartition before v3, or a follower not heard from yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BrokerState {
+    pub broker_id: i32,
+    pub broker_epoch: i64,
+}
+
+impl BrokerState {
+    /// Members without known epochs (AlterPartition v0-2's `newIsr`).
+    pub fn without_epochs(ids: &[i32]) -> Vec<BrokerState> {
+        ids.iter()
+            .map(|&broker_id| BrokerState {
+                broker_id,
+                broker_epoch: -1,
+            })
+            .collect()
+    }
+}
+
+/// Kafka's `checkBrokerEpoch`: `broker_id` is registered under `broker_epoch`.
+pub fn check_broker_epoch(
+    image: &MetadataImage,
+    broker_id: i32,
+    broker_epoch: i64,
+) -> Result<(), String> {
+    match image.brokers.get(&broker_id) {
+        None => Err(format!(
+            "No broker registration found for broker id {broker_id}"
+        )),
+        Some(b) if b.epoch != broker_epoch => Err(format!(
+            "Expected broker epoch {}, but got broker epoch {broker_epoch}",
+            b.epoch
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// AlterPartition (v2+, topic ids) for one partition: the leader `broker_id`, registered under
+/// `broker_epoch`, asks to set the ISR to `new_isr`, quoting the leader and partition epochs it
+/// knows. First the request-level broker epoch (STALE_BROKER_EPOCH), then Kafka's order
 /// (`validateAlterPartitionData`): unknown partition; epochs newer than ours
 /// (NOT_CONTROLLER); older leader epoch (FENCED_LEADER_EPOCH); requester not the leader
 /// (INVALID_REQUEST); older partition epoch (INVALID_UPDATE_VERSION); ISR not a duplicate-free
 /// subset of the replicas or without the leader (INVALID_REQUEST); a member not registered,
-/// fenced or in controlled shutdown (INELIGIBLE_REPLICA).
+/// fenced, in controlled shutdown, or known to the leader by another broker epoch than its
+/// registration's — a fetch from an earlier incarnation (KIP-903) — (INELIGIBLE_REPLICA).
 ///
 /// Success: the `PartitionChange` (ISR only, no leader-epoch bump), or no record when the ISR
 /// is unchanged (Kafka answers NONE with the current state).
@@ -224,18 +265,20 @@ impl AlterPartitionError {
 /// The validation guarantees the leader is in the new ISR and active, so the election keeps
 /// it: Kafka's NEW_LEADER_ELECTED (108) only arises when an ISR change completes a
 /// reassignment, which this module does not model.
+#[allow(clippy::too_many_arguments)]
 pub fn alter_partition(
     image: &MetadataImage,
     broker_id: i32,
+    broker_epoch: i64,
     topic_id: Uuid,
     partition: i32,
     leader_epoch: i32,
     partition_epoch: i32,
-    new_isr: Vec<i32>,
+    new_isr_with_epochs: &[BrokerState],
 ) -> Result<Vec<MetadataRecord>, AlterPartitionError> {
-    if !image.brokers.contains_key(&broker_id) {
-        return Err(AlterPartitionError::StaleBrokerEpoch(broker_id));
-    }
+    check_broker_epoch(image, broker_id, broker_epoch)
+        .map_err(AlterPartitionError::StaleBrokerEpoch)?;
+    let new_isr: Vec<i32> = new_isr_with_epochs.iter().map(|b| b.broker_id).collect();
     let topic = image
         .topic_by_id(&topic_id)
         .ok_or(AlterPartitionError::UnknownTopicId)?;
@@ -270,13 +313,23 @@ pub fn alter_partition(
             topic.name, reg.leader
         )));
     }
-    let ineligible: Vec<String> = new_isr
+    // Kafka's `ineligibleReplicasForIsr`, its reasons word for word.
+    let ineligible: Vec<String> = new_isr_with_epochs
         .iter()
-        .filter_map(|b| match image.brokers.get(b) {
-            None => Some(format!("{b} (not registered)")),
-            Some(info) if info.in_controlled_shutdown => Some(format!("{b} (shutting down)")),
-            Some(info) if info.fenced => Some(format!("{b} (fenced)")),
-            Some(_) => None,
+        .filter_map(|s| {
+            let b = s.broker_id;
+            match image.brokers.get(&b) {
+                None => Some(format!("{b} (not registered)")),
+                Some(info) if info.in_controlled_shutdown => Some(format!("{b} (shutting down)")),
+                Some(info) if info.fenced => Some(format!("{b} (fenced)")),
+                Some(info) if s.broker_epoch != -1 && s.broker_epoch != info.epoch => {
+                    Some(format!(
+                        "{b} (broker epoch mismatch: requested={} VS expected={})",
+                        s.broker_epoch, info.epoch
+                    ))
+                }
+                Some(_) => None,
+            }
         })
         .collect();
     if !ineligible.is_empty() {

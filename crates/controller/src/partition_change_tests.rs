@@ -22,6 +22,10 @@ pub(crate) fn image(n: i32, parts: &[PartitionRegistration]) -> (MetadataImage, 
             host: "localhost".into(),
             port: 9000 + b,
             rack: None,
+            incarnation_id: Uuid::from_u128(b as u128),
+            broker_epoch: None,
+            fenced: Some(false),
+            in_controlled_shutdown: Some(false),
         });
     }
     img.replay(&MetadataRecord::Topic {
@@ -50,6 +54,30 @@ pub(crate) fn set(img: &mut MetadataImage, b: i32, fenced: Option<bool>, cs: Opt
         fenced,
         in_controlled_shutdown: cs,
     });
+}
+
+/// AlterPartition from `b` under its registered broker epoch (-1 if unregistered), the ISR
+/// without broker epochs (as AlterPartition v2 sends it).
+pub(crate) fn ap(
+    img: &MetadataImage,
+    b: i32,
+    id: Uuid,
+    p: i32,
+    leader_epoch: i32,
+    partition_epoch: i32,
+    isr: Vec<i32>,
+) -> Result<Vec<MetadataRecord>, AlterPartitionError> {
+    let epoch = img.brokers.get(&b).map_or(-1, |i| i.epoch);
+    alter_partition(
+        img,
+        b,
+        epoch,
+        id,
+        p,
+        leader_epoch,
+        partition_epoch,
+        &BrokerState::without_epochs(&isr),
+    )
 }
 
 fn change(id: Uuid, p: i32, leader: Option<i32>, isr: Option<Vec<i32>>) -> MetadataRecord {
@@ -192,20 +220,17 @@ fn build_never_writes_an_empty_isr() {
 #[test]
 fn alter_partition_shrinks_and_expands_isr() {
     let (img, id) = image(3, &[reg(&[1, 2, 3], &[1, 2, 3], 1)]);
-    let recs = alter_partition(&img, 1, id, 0, 5, 10, vec![1, 3]).unwrap();
+    let recs = ap(&img, 1, id, 0, 5, 10, vec![1, 3]).unwrap();
     assert_eq!(recs, vec![change(id, 0, None, Some(vec![1, 3]))]);
     let mut next = img.clone();
     next.replay(&recs[0]);
     let p = &next.topic("t").unwrap().partitions[&0];
     assert_eq!((p.leader_epoch, p.partition_epoch), (5, 11));
     // Expand back with the new partition epoch.
-    let recs = alter_partition(&next, 1, id, 0, 5, 11, vec![1, 3, 2]).unwrap();
+    let recs = ap(&next, 1, id, 0, 5, 11, vec![1, 3, 2]).unwrap();
     assert_eq!(recs, vec![change(id, 0, None, Some(vec![1, 3, 2]))]);
     // Same ISR: nothing to write.
-    assert_eq!(
-        alter_partition(&img, 1, id, 0, 5, 10, vec![1, 2, 3]).unwrap(),
-        vec![]
-    );
+    assert_eq!(ap(&img, 1, id, 0, 5, 10, vec![1, 2, 3]).unwrap(), vec![]);
 }
 
 #[test]
@@ -213,54 +238,97 @@ fn alter_partition_rejections_follow_kafka() {
     use AlterPartitionError as E;
     let (mut img, id) = image(4, &[reg(&[1, 2, 3], &[1, 2, 3], 1)]);
     let code = |r: Result<Vec<MetadataRecord>, E>| r.unwrap_err().code();
-    assert_eq!(code(alter_partition(&img, 9, id, 0, 5, 10, vec![1])), 77);
+    assert_eq!(code(ap(&img, 9, id, 0, 5, 10, vec![1])), 77);
     assert_eq!(
-        code(alter_partition(
-            &img,
-            1,
-            Uuid::from_u128(1),
-            0,
-            5,
-            10,
-            vec![1]
-        )),
+        code(ap(&img, 1, Uuid::from_u128(1), 0, 5, 10, vec![1])),
         100
     );
-    assert_eq!(code(alter_partition(&img, 1, id, 3, 5, 10, vec![1])), 3);
+    assert_eq!(code(ap(&img, 1, id, 3, 5, 10, vec![1])), 3);
     // Newer epochs than ours: NOT_CONTROLLER (checked before staleness and leadership).
-    assert_eq!(code(alter_partition(&img, 2, id, 0, 6, 10, vec![1])), 41);
-    assert_eq!(code(alter_partition(&img, 1, id, 0, 5, 11, vec![1])), 41);
+    assert_eq!(code(ap(&img, 2, id, 0, 6, 10, vec![1])), 41);
+    assert_eq!(code(ap(&img, 1, id, 0, 5, 11, vec![1])), 41);
     // Stale leader epoch, even from a non-leader.
-    assert_eq!(code(alter_partition(&img, 2, id, 0, 4, 10, vec![1])), 74);
+    assert_eq!(code(ap(&img, 2, id, 0, 4, 10, vec![1])), 74);
     // Not the leader: INVALID_REQUEST.
-    assert_eq!(code(alter_partition(&img, 2, id, 0, 5, 10, vec![1, 2])), 42);
+    assert_eq!(code(ap(&img, 2, id, 0, 5, 10, vec![1, 2])), 42);
     // Stale partition epoch.
-    assert_eq!(code(alter_partition(&img, 1, id, 0, 5, 9, vec![1])), 95);
+    assert_eq!(code(ap(&img, 1, id, 0, 5, 9, vec![1])), 95);
     // Not a replica, duplicate, without the leader, empty: INVALID_REQUEST.
-    assert_eq!(code(alter_partition(&img, 1, id, 0, 5, 10, vec![1, 4])), 42);
-    assert_eq!(code(alter_partition(&img, 1, id, 0, 5, 10, vec![1, 1])), 42);
-    assert_eq!(code(alter_partition(&img, 1, id, 0, 5, 10, vec![2, 3])), 42);
-    assert_eq!(code(alter_partition(&img, 1, id, 0, 5, 10, vec![])), 42);
+    assert_eq!(code(ap(&img, 1, id, 0, 5, 10, vec![1, 4])), 42);
+    assert_eq!(code(ap(&img, 1, id, 0, 5, 10, vec![1, 1])), 42);
+    assert_eq!(code(ap(&img, 1, id, 0, 5, 10, vec![2, 3])), 42);
+    assert_eq!(code(ap(&img, 1, id, 0, 5, 10, vec![])), 42);
     // Fenced or shutting-down member: INELIGIBLE_REPLICA.
     set(&mut img, 3, Some(true), None);
-    assert_eq!(
-        code(alter_partition(&img, 1, id, 0, 5, 10, vec![1, 3])),
-        107
-    );
+    assert_eq!(code(ap(&img, 1, id, 0, 5, 10, vec![1, 3])), 107);
     set(&mut img, 3, Some(false), Some(true));
+    assert_eq!(code(ap(&img, 1, id, 0, 5, 10, vec![1, 3])), 107);
+    // Shrinking away the ineligible one is fine.
+    assert!(ap(&img, 1, id, 0, 5, 10, vec![1, 2]).is_ok());
+}
+
+/// KIP-903: the request-level broker epoch of the leader (Kafka's `checkBrokerEpoch`, no
+/// exception for -1) and the epoch the leader knows each new ISR member by (-1: unknown, not
+/// checked) against the members' registrations.
+#[test]
+fn alter_partition_checks_broker_epochs() {
+    use AlterPartitionError as E;
+    let (mut img, id) = image(3, &[reg(&[1, 2, 3], &[1, 2], 1)]);
+    let epoch = |img: &MetadataImage, b: i32| img.brokers[&b].epoch;
+    let st = |b: i32, e: i64| BrokerState {
+        broker_id: b,
+        broker_epoch: e,
+    };
+    let (e1, e3) = (epoch(&img, 1), epoch(&img, 3));
+    let call = |img: &MetadataImage, leader_epoch: i64, isr: &[BrokerState]| {
+        alter_partition(img, 1, leader_epoch, id, 0, 5, 10, isr)
+    };
+    // The leader's own epoch.
+    for stale in [-1, e1 + 1] {
+        let e = call(&img, stale, &[st(1, e1), st(2, -1)]).unwrap_err();
+        assert_eq!(e.code(), 77, "{e}");
+        assert!(matches!(e, E::StaleBrokerEpoch(_)));
+    }
+    // A member's epoch: the current one or -1 pass, another is an earlier incarnation.
+    assert!(call(&img, e1, &[st(1, e1), st(2, -1), st(3, e3)]).is_ok());
+    let e = call(&img, e1, &[st(1, e1), st(2, -1), st(3, e3 - 1)]).unwrap_err();
+    assert_eq!(e.code(), 107);
     assert_eq!(
-        code(alter_partition(&img, 1, id, 0, 5, 10, vec![1, 3])),
+        e.to_string(),
+        format!(
+            "The new ISR [1, 2, 3] for t-0 contains ineligible replicas: 3 (broker epoch \
+             mismatch: requested={} VS expected={e3}).",
+            e3 - 1
+        )
+    );
+    // Broker 3 restarts: a new incarnation, a new epoch; a proposal built from a fetch of
+    // the old one is refused, one from the new one's fetch accepted once it is unfenced.
+    img.replay(&MetadataRecord::RegisterBroker {
+        node_id: 3,
+        host: "localhost".into(),
+        port: 9003,
+        rack: None,
+        incarnation_id: Uuid::from_u128(33),
+        broker_epoch: None,
+        fenced: Some(false),
+        in_controlled_shutdown: Some(false),
+    });
+    let new3 = epoch(&img, 3);
+    assert!(new3 > e3);
+    assert_eq!(
+        call(&img, e1, &[st(1, e1), st(2, -1), st(3, e3)])
+            .unwrap_err()
+            .code(),
         107
     );
-    // Shrinking away the ineligible one is fine.
-    assert!(alter_partition(&img, 1, id, 0, 5, 10, vec![1, 2]).is_ok());
+    assert!(call(&img, e1, &[st(1, e1), st(2, -1), st(3, new3)]).is_ok());
 }
 
 #[test]
 fn alter_partition_by_a_shutting_down_leader_is_ineligible() {
     let (mut img, id) = image(3, &[reg(&[1, 2, 3], &[1, 2], 1)]);
     set(&mut img, 1, None, Some(true));
-    let e = alter_partition(&img, 1, id, 0, 5, 10, vec![1, 2]).unwrap_err();
+    let e = ap(&img, 1, id, 0, 5, 10, vec![1, 2]).unwrap_err();
     assert_eq!(e.code(), 107);
 }
 
@@ -370,7 +438,7 @@ fn reassignment_starts_completes_on_isr_and_cancels() {
     );
     // The leader's ISR expansion to include 3 completes it; leader 1 is removed.
     let (le, pe) = (p.leader_epoch, p.partition_epoch);
-    let recs = alter_partition(&img, 1, id, 0, le, pe, vec![1, 2, 3]).unwrap();
+    let recs = ap(&img, 1, id, 0, le, pe, vec![1, 2, 3]).unwrap();
     for r in &recs {
         img.replay(r);
     }

@@ -25,10 +25,10 @@ fn cluster_with_broker_3_fenced(dir: &Path) -> QuorumController {
     )
     .unwrap();
     for b in [1, 2, 3] {
-        block(c.register_broker(b, "127.0.0.1", 9090 + b, None, 1)).unwrap();
+        block(c.add_broker_for_test(b, 1)).unwrap();
     }
     for b in [1, 2] {
-        block(c.heartbeat(b, 10_000, false)).unwrap();
+        block(c.heartbeat_for_test(b, 10_000)).unwrap();
     }
     block(c.fence_stale_brokers(10_000, 2_000, false));
     let img = c.image();
@@ -118,11 +118,11 @@ fn too_few_usable_brokers_is_invalid_replication_factor() {
     )
     .unwrap();
     for b in [1, 2, 3] {
-        block(c2.register_broker(b, "127.0.0.1", 9090 + b, None, 1)).unwrap();
+        block(c2.add_broker_for_test(b, 1)).unwrap();
     }
     assert!(block(c2.create_topics(&[spec("t3", 1, 3)], false))[0].is_ok());
     for b in [1, 2] {
-        block(c2.heartbeat(b, 10_000, false)).unwrap();
+        block(c2.heartbeat_for_test(b, 10_000)).unwrap();
     }
     block(c2.fence_stale_brokers(10_000, 2_000, false));
     assert_eq!(
@@ -142,7 +142,7 @@ fn controlled_shutdown_and_all_fenced_leave_no_usable_broker() {
     let dir = tempfile::tempdir().unwrap();
     let c = cluster_with_broker_3_fenced(dir.path());
     // Broker 2 shuts down: only broker 1 remains usable.
-    assert!(block(c.controlled_shutdown(2, 10_001, false)).unwrap());
+    assert!(block(c.controlled_shutdown_for_test(2, 10_001)).unwrap());
     assert_eq!(
         err(block(c.create_topics(&[spec("t", 1, 2)], false)).remove(0)).0,
         ErrorCode::InvalidReplicationFactor.code()

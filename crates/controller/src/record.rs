@@ -12,6 +12,23 @@ pub enum MetadataRecord {
         host: String,
         port: i32,
         rack: Option<String>,
+        /// The broker process's incarnation (`BrokerRegistrationRequest.incarnationId`: random
+        /// at each start); nil in records written before incarnations were recorded.
+        #[serde(default, skip_serializing_if = "Uuid::is_nil")]
+        incarnation_id: Uuid,
+        /// Kafka's `brokerEpoch`. `None`: a new incarnation, whose epoch is this record's own
+        /// offset in the metadata log (assigned at replay, the same on every node and every
+        /// replay); `Some`: an amended registration keeping its epoch, or a snapshot's copy.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        broker_epoch: Option<i64>,
+        /// The registration's flags (Kafka registers a new incarnation fenced and not in
+        /// controlled shutdown, and an amendment keeps them). `None` (records written before
+        /// they were recorded): a re-registration keeps the current flags, a first one starts
+        /// unfenced.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fenced: Option<bool>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        in_controlled_shutdown: Option<bool>,
     },
     /// A topic exists (TopicRecord).
     Topic { name: String, topic_id: Uuid },

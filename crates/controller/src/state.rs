@@ -48,13 +48,16 @@ impl MetadataState {
         self.install(&mut guard, delta, image);
     }
 
-    /// Replaces the image with one rebuilt from `records` alone (a snapshot).
-    fn reset(&self, records: &[MetadataRecord]) {
+    /// Replaces the image with one rebuilt from a snapshot: its records, at its log offset.
+    fn reset(&self, records: &[MetadataRecord], offset: u64) {
         let mut guard = self.image.write();
         let mut image = MetadataImage::default();
         for r in records {
             image.replay(r);
         }
+        // The snapshot's records stand for everything before `offset`; the next record
+        // replayed is at `offset` (its position in the log, not in the snapshot).
+        image.offset = offset;
         let delta = MetadataDelta::between(&guard, &image);
         self.install(&mut guard, delta, image);
     }
@@ -76,14 +79,11 @@ pub fn image_to_records(image: &MetadataImage) -> Vec<MetadataRecord> {
             host: b.host.clone(),
             port: b.port,
             rack: b.rack.clone(),
+            incarnation_id: b.incarnation_id,
+            broker_epoch: Some(b.epoch),
+            fenced: Some(b.fenced),
+            in_controlled_shutdown: Some(b.in_controlled_shutdown),
         });
-        if b.fenced || b.in_controlled_shutdown {
-            out.push(MetadataRecord::BrokerRegistrationChange {
-                broker_id: b.node_id,
-                fenced: Some(b.fenced),
-                in_controlled_shutdown: Some(b.in_controlled_shutdown),
-            });
-        }
     }
     for t in image.topics.values() {
         out.push(MetadataRecord::Topic {
@@ -127,6 +127,14 @@ pub fn image_to_records(image: &MetadataImage) -> Vec<MetadataRecord> {
     out
 }
 
+/// The controller's snapshot: the records that rebuild the image and the log offset they
+/// stand for (Kafka names a snapshot by its end offset).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SnapshotPayload {
+    offset: u64,
+    records: Vec<MetadataRecord>,
+}
+
 /// Adapts [`MetadataState`] to the Raft crate: entries are JSON arrays of records.
 pub struct RaftStateMachine(pub Arc<MetadataState>);
 
@@ -141,16 +149,34 @@ impl StateMachineHandler for RaftStateMachine {
     }
 
     fn snapshot(&self) -> Vec<u8> {
-        serde_json::to_vec(&image_to_records(&self.0.image())).unwrap_or_default()
+        let image = self.0.image();
+        serde_json::to_vec(&SnapshotPayload {
+            offset: image.offset,
+            records: image_to_records(&image),
+        })
+        .unwrap_or_default()
     }
 
     fn restore(&self, snapshot: Vec<u8>) -> Result<(), HandlerError> {
-        let records: Vec<MetadataRecord> = if snapshot.is_empty() {
-            Vec::new()
+        let payload = if snapshot.is_empty() {
+            SnapshotPayload {
+                offset: 0,
+                records: Vec::new(),
+            }
+        } else if snapshot.first() == Some(&b'[') {
+            // Written before snapshots carried their offset: the best known position is the
+            // number of records (epochs assigned from here on stay unique and increasing
+            // within this log only if it is at least that; it is, records only accumulate).
+            let records: Vec<MetadataRecord> =
+                serde_json::from_slice(&snapshot).map_err(|e| -> HandlerError { Box::new(e) })?;
+            SnapshotPayload {
+                offset: records.len() as u64,
+                records,
+            }
         } else {
             serde_json::from_slice(&snapshot).map_err(|e| -> HandlerError { Box::new(e) })?
         };
-        self.0.reset(&records);
+        self.0.reset(&payload.records, payload.offset);
         Ok(())
     }
 }
@@ -168,6 +194,10 @@ mod tests {
                 host: "h".into(),
                 port: 9092,
                 rack: Some("r".into()),
+                incarnation_id: uuid::Uuid::from_u128(3),
+                broker_epoch: None,
+                fenced: Some(true),
+                in_controlled_shutdown: Some(false),
             },
             MetadataRecord::Topic {
                 name: "t".into(),
@@ -204,5 +234,56 @@ mod tests {
         assert_eq!(img.topic("t").unwrap().configs["retention.ms"], "5");
         assert_eq!(img.next_producer_id, 2000);
         assert_eq!(img.brokers[&1].rack.as_deref(), Some("r"));
+        // The broker epoch (its registration's offset, 0) and the log position survive the
+        // snapshot, though the snapshot's records are fewer than the log's.
+        assert_eq!(img.brokers[&1].epoch, 0);
+        assert_eq!(img.brokers[&1].incarnation_id, uuid::Uuid::from_u128(3));
+        assert!(img.brokers[&1].fenced);
+        assert_eq!(img.offset, records.len() as u64);
+        sm.0.apply(&[MetadataRecord::RegisterBroker {
+            node_id: 2,
+            host: "h".into(),
+            port: 9093,
+            rack: None,
+            incarnation_id: uuid::Uuid::from_u128(4),
+            broker_epoch: None,
+            fenced: Some(true),
+            in_controlled_shutdown: Some(false),
+        }]);
+        assert_eq!(sm.0.image().brokers[&2].epoch, records.len() as i64);
+    }
+
+    /// A snapshot taken after many records (most of them superseded) restores the same
+    /// offset, so a registration after it gets the epoch it would have got without one.
+    #[test]
+    fn snapshot_keeps_the_log_offset() {
+        let s = Arc::new(MetadataState::default());
+        let reg = |n: i32| MetadataRecord::RegisterBroker {
+            node_id: 1,
+            host: "h".into(),
+            port: 9000 + n,
+            rack: None,
+            incarnation_id: uuid::Uuid::from_u128(n as u128),
+            broker_epoch: None,
+            fenced: Some(false),
+            in_controlled_shutdown: Some(false),
+        };
+        for n in 0..10 {
+            s.apply(&[reg(n)]);
+        }
+        let restored = RaftStateMachine(Arc::new(MetadataState::default()));
+        restored
+            .restore(RaftStateMachine(s.clone()).snapshot())
+            .unwrap();
+        assert_eq!(restored.0.image().brokers[&1].epoch, 9);
+        s.apply(&[reg(10)]);
+        restored.0.apply(&[reg(10)]);
+        assert_eq!(s.image().brokers[&1].epoch, 10);
+        assert_eq!(restored.0.image().brokers[&1].epoch, 10);
+        // A snapshot of the old format (a bare array) still restores.
+        let old = serde_json::to_vec(&image_to_records(&s.image())).unwrap();
+        let sm = RaftStateMachine(Arc::new(MetadataState::default()));
+        sm.restore(old).unwrap();
+        assert_eq!(sm.0.image().brokers[&1].epoch, 10);
     }
 }

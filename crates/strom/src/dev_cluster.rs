@@ -51,6 +51,15 @@ pub fn server_args(
     }
 }
 
+/// Formats one node's data dir for `cluster_id` (`strom format --ignore-formatted`), before the
+/// dir gets anything else (the node's `server.log`): a server refuses an existing dir that is
+/// not formatted.
+pub fn format_node(dir: &Path, id: i32, cluster_id: &str) -> anyhow::Result<()> {
+    strom_broker::meta_properties::format(&[dir.to_path_buf()], id, cluster_id, true)
+        .with_context(|| format!("formatting {}", dir.display()))?;
+    Ok(())
+}
+
 struct Nodes(Vec<Child>);
 
 impl Drop for Nodes {
@@ -81,11 +90,15 @@ pub async fn run(args: DevClusterArgs) -> anyhow::Result<()> {
         .map(|i| format!("{}@127.0.0.1:{}", i + 1, args.base_port + 100 + i))
         .collect();
     let quorum = quorum.join(",");
+    // Formatted as `strom format` does, with one cluster id: node 1's from an earlier run,
+    // else a new one; dirs formatted already are kept as they are.
+    let cluster_id = strom_broker::meta_properties::cluster_id_of(&args.data_dir.join("node-1"))
+        .unwrap_or_else(strom_broker::meta_properties::random_uuid);
     let mut nodes = Nodes(Vec::new());
     for i in 0..args.nodes {
         let id = i + 1;
         let dir = args.data_dir.join(format!("node-{id}"));
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        format_node(&dir, id.into(), &cluster_id)?;
         let log = std::fs::File::create(dir.join("server.log"))?;
         let mut cmd = Command::new(&exe);
         server_args(

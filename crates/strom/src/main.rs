@@ -33,6 +33,11 @@ struct Cli {
 enum Command {
     /// Run a broker (and, in a single-node cluster, the metadata controller).
     Server(ServerArgs),
+    /// Format the log directories of a node (like kafka-storage.sh format): takes the
+    /// same flags as `server` and writes meta.properties with --cluster-id into every dir.
+    Format(FormatArgs),
+    /// Print a new random cluster id (like kafka-storage.sh random-uuid).
+    RandomUuid,
     /// Start a local multi-node cluster on loopback (each node a controller voter and broker).
     DevCluster(dev_cluster::DevClusterArgs),
     /// Create, list, describe, alter and delete topics (like kafka-topics.sh).
@@ -69,7 +74,9 @@ struct ServerArgs {
     /// Address clients are told to connect to (default: the listen address).
     #[arg(long)]
     advertised_listener: Option<String>,
-    /// Directory for logs and metadata.
+    /// Directory for logs and metadata (Kafka's log.dirs; overridden by log.dirs / log.dir).
+    /// It must be formatted (`strom format`), unless it does not exist yet: a fresh node
+    /// creates and formats its dirs itself.
     #[arg(long, default_value = "./strom-data")]
     data_dir: PathBuf,
     /// This node's controller listener (cluster mode): the quorum's Raft traffic and the
@@ -90,6 +97,38 @@ struct ServerArgs {
     /// A Kafka property, e.g. --set log.segment.bytes=1048576 (repeatable; wins over --config).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+}
+
+#[derive(clap::Args)]
+struct FormatArgs {
+    /// The cluster id to format with (`strom random-uuid` makes one); every node of a cluster
+    /// is formatted with the same.
+    #[arg(long, short = 't')]
+    cluster_id: String,
+    /// Skip dirs that are already formatted (for this cluster and node) and format the others,
+    /// rather than failing.
+    #[arg(long)]
+    ignore_formatted: bool,
+    #[command(flatten)]
+    server: ServerArgs,
+}
+
+/// `strom format` (Kafka's `kafka-storage format`): the node's dirs from the same flags and
+/// properties `strom server` reads.
+fn run_format(args: FormatArgs) -> anyhow::Result<()> {
+    let props = server_properties(&args.server)?;
+    let config = BrokerConfig::from_props(args.server.data_dir.clone(), props)?;
+    let dirs = strom_broker::meta_properties::dirs_of(&config);
+    let lines = strom_broker::meta_properties::format(
+        &dirs,
+        config.node_id,
+        &args.cluster_id,
+        args.ignore_formatted,
+    )?;
+    for line in lines {
+        println!("{line}");
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -124,6 +163,11 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Server(args) => run_server(args).await,
+            Command::Format(args) => run_format(args),
+            Command::RandomUuid => {
+                println!("{}", strom_broker::meta_properties::random_uuid());
+                Ok(())
+            }
             Command::DevCluster(args) => dev_cluster::run(args).await,
             Command::Topics(args) => cli::topics::run(args).await,
             Command::Groups(args) => cli::groups::run(args).await,

@@ -358,11 +358,12 @@ fn server_rejects_bad_flags_and_busy_port() {
             "--listen",
             &broker.bootstrap(),
             "--data-dir",
-            dir.path().to_str().unwrap(),
+            dir.path().join("data").to_str().unwrap(),
         ],
         "",
     );
     assert_ne!(o.code, Some(0), "a busy port must fail");
+    assert!(o.stderr.contains("cannot listen"), "{}", o.stderr);
     let file = dir.path().join("file");
     std::fs::write(&file, b"x").unwrap();
     let port = free_port().to_string();

@@ -23,7 +23,16 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 fn three_nodes_share_metadata_and_survive_a_controller_kill() {
     let t0 = Instant::now();
     let step = |what: &str| eprintln!("[{:>6.1}s] {what}", t0.elapsed().as_secs_f64());
-    let mut c = Cluster::start(3);
+    // The restarted controller is a new incarnation: it registers once the session the new
+    // active controller gave its previous incarnation (a full one, from the failover) expired
+    // (Kafka's DUPLICATE_BROKER_REGISTRATION): a short session keeps that wait short.
+    let mut c = Cluster::start_with(
+        3,
+        &[
+            "broker.session.timeout.ms=3000",
+            "broker.heartbeat.interval.ms=500",
+        ],
+    );
     step("started");
     eventually("all brokers registered everywhere", || {
         (1..=3)
@@ -467,9 +476,11 @@ fn a_restarted_node_answers_for_its_partitions_only_once_caught_up() {
     let mut c = Cluster::start_with(
         3,
         &[
-            "broker.heartbeat.interval.ms=3000",
-            // The killed node stays unfenced, so it keeps leading its partitions.
-            "broker.session.timeout.ms=60000",
+            "broker.heartbeat.interval.ms=500",
+            // The killed node's restart is a new incarnation: it registers once its previous
+            // incarnation's session (kept alive until then: it led its partitions) expired and
+            // that one was fenced; while it catches up it serves nothing.
+            "broker.session.timeout.ms=4000",
         ],
     );
     wait_all_registered(&c, 3);

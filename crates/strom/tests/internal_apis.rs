@@ -16,6 +16,7 @@ use strom_protocol::kafka::messages::alter_partition_request::{PartitionData, To
 use strom_protocol::kafka::messages::broker_registration_request::Listener;
 use strom_protocol::kafka::messages::*;
 use strom_protocol::kafka::protocol::{Encodable, StrBytes};
+use strom_protocol::ErrorCode;
 
 const INTERNAL: [ApiKey; 5] = [
     ApiKey::BrokerRegistration,
@@ -187,15 +188,57 @@ fn controller_listener_serves_the_internal_apis() {
     // The data-plane APIs are not served there.
     assert!(!keys.contains(&(ApiKey::Produce as i16)));
     assert!(!keys.contains(&(ApiKey::Fetch as i16)));
-    // A heartbeat from a registered broker is answered (without want_shut_down: no effect).
+    // A heartbeat is answered; one that does not carry the broker's registered epoch is
+    // STALE_BROKER_EPOCH and changes nothing (Kafka's `checkBrokerEpoch`).
     let mut s = connect(port);
     let resp: BrokerHeartbeatResponse = raw_call(
         &mut s,
         ApiKey::BrokerHeartbeat,
         0,
-        &BrokerHeartbeatRequest::default().with_broker_id(BrokerId(active)),
+        &BrokerHeartbeatRequest::default()
+            .with_broker_id(BrokerId(active))
+            .with_broker_epoch(-1),
     );
-    assert_eq!(resp.error_code, 0);
+    assert_eq!(resp.error_code, ErrorCode::StaleBrokerEpoch.code());
+    // Kafka's `ClusterControlManager.registerBroker`: a broker formatted for another cluster
+    // is INCONSISTENT_CLUSTER_ID; another incarnation of a live broker may not register
+    // (DUPLICATE_BROKER_REGISTRATION).
+    let cluster_id = {
+        let port = c.nodes.iter().find(|n| n.id == active).unwrap().port;
+        let md: MetadataResponse = raw_call(
+            &mut connect(port),
+            ApiKey::Metadata,
+            12,
+            &MetadataRequest::default().with_topics(Some(vec![])),
+        );
+        md.cluster_id.expect("a cluster id").to_string()
+    };
+    let register = |s: &mut TcpStream, cluster: &str| -> BrokerRegistrationResponse {
+        raw_call(
+            s,
+            ApiKey::BrokerRegistration,
+            3,
+            &BrokerRegistrationRequest::default()
+                .with_broker_id(BrokerId(active))
+                .with_cluster_id(StrBytes::from_string(cluster.to_string()))
+                .with_incarnation_id(uuid::Uuid::new_v4())
+                .with_listeners(vec![Listener::default()
+                    .with_name(StrBytes::from_static_str("PLAINTEXT"))
+                    .with_host(StrBytes::from_static_str("127.0.0.1"))
+                    .with_port(1)]),
+        )
+    };
+    let resp = register(&mut s, "another-cluster");
+    assert_eq!(
+        (resp.error_code, resp.broker_epoch),
+        (ErrorCode::InconsistentClusterId.code(), -1)
+    );
+    let resp = register(&mut s, &cluster_id);
+    assert_eq!(
+        (resp.error_code, resp.broker_epoch),
+        (ErrorCode::DuplicateBrokerRegistration.code(), -1)
+    );
+    assert_eq!(metadata(&c, 1, "").0.len(), 3, "nothing changed");
     // An admin request on a node that is not the active controller is forwarded there in an
     // Envelope and answered with the controller's result, not NOT_CONTROLLER.
     let other = c.nodes.iter().find(|n| n.id != active).unwrap();

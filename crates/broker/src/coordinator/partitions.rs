@@ -254,6 +254,7 @@ impl CoordinatorLoader for CoordinatorPartitions {
             let info = partition
                 .fetch_records(
                     None,
+                    -1,
                     FetchIsolation::LogEnd,
                     &fetch,
                     LOAD_BUFFER_BYTES,

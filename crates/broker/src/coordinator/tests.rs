@@ -41,6 +41,7 @@ async fn broker(dir: &tempfile::TempDir) -> Server {
         props,
     )
     .unwrap();
+    crate::meta_properties::format(&config.log_dirs, config.node_id, "test-cluster", true).unwrap();
     Server::start(config).await.unwrap()
 }
 
@@ -261,7 +262,7 @@ fn the_listener_hears_every_high_watermark_move() {
     p.append_records_to_leader(&batch, AppendOrigin::Coordinator, -1, 1, 0)
         .unwrap();
     assert!(heard.0.lock().is_empty(), "the follower has not fetched");
-    assert!(p.update_follower_fetch_state(2, 2, 0, 1, 2));
+    assert!(p.update_follower_fetch_state(2, 2, 0, 1, 2, -1));
     assert_eq!(*heard.0.lock(), vec![("t".into(), 0, 2)]);
     p.append_records_to_leader(&batch, AppendOrigin::Coordinator, -1, 1, 2)
         .unwrap();
@@ -339,6 +340,8 @@ fn the_topics_image_carries_partition_counts_and_replica_racks() {
                 host: "h".into(),
                 port: 1,
                 rack: rack.map(str::to_string),
+                incarnation_id: Uuid::nil(),
+                epoch: 0,
                 fenced: false,
                 in_controlled_shutdown: false,
             },

@@ -175,6 +175,8 @@ fn image(addr: &str) -> MetadataImage {
             host: host.to_string(),
             port: port.parse().unwrap(),
             rack: None,
+            incarnation_id: uuid::Uuid::nil(),
+            epoch: 0,
             fenced: false,
             in_controlled_shutdown: false,
         },

@@ -18,11 +18,15 @@ use crate::server::Broker;
 const READ_COMMITTED: i8 = 1;
 
 pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
-    // Fetch v15+ names the follower in replica_state, earlier versions in replica_id.
-    let replica_id = if req.replica_state.replica_id.0 >= 0 {
-        req.replica_state.replica_id.0
+    // Fetch v15+ names the follower and its broker epoch in replica_state, earlier versions
+    // only the follower, in replica_id.
+    let (replica_id, replica_epoch) = if version >= 15 {
+        (
+            req.replica_state.replica_id.0,
+            req.replica_state.replica_epoch,
+        )
     } else {
-        req.replica_id.0
+        (req.replica_id.0, -1)
     };
     let replica_id = (replica_id >= 0).then_some(replica_id);
     let isolation = if replica_id.is_some() {
@@ -34,6 +38,7 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
     };
     let params = FetchParams {
         replica_id,
+        replica_epoch,
         max_wait: Duration::from_millis(req.max_wait_ms.max(0) as u64),
         min_bytes: req.min_bytes.max(0) as usize,
         max_bytes: if req.max_bytes > 0 {

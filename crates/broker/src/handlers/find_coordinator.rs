@@ -166,6 +166,8 @@ mod tests {
             props,
         )
         .unwrap();
+        crate::meta_properties::format(&config.log_dirs, config.node_id, "test-cluster", true)
+            .unwrap();
         let server = Server::start(config).await.unwrap();
         let b = server.broker();
         let r = handle(&b, request(0, &["g"]), 3).await;

@@ -26,20 +26,37 @@ use crate::listeners::ListenerScope;
 use crate::request_context::{deserialize_principal, RequestContext};
 use crate::server::Broker;
 
+/// BrokerRegistration (Kafka's `ClusterControlManager.registerBroker`, see
+/// `strom_controller::broker_registration`): the broker epoch of the registered incarnation,
+/// or DUPLICATE_BROKER_REGISTRATION while another incarnation's session lives,
+/// INCONSISTENT_CLUSTER_ID for a broker formatted for another cluster.
 pub async fn broker_registration(
     broker: &Arc<Broker>,
     req: BrokerRegistrationRequest,
+    version: i16,
 ) -> BrokerRegistrationResponse {
     let r = match req.listeners.first() {
         Some(l) => {
+            let registration = strom_controller::BrokerRegistration {
+                node_id: req.broker_id.0,
+                incarnation_id: req.incarnation_id,
+                host: l.host.to_string(),
+                port: l.port as i32,
+                rack: req.rack.as_ref().map(|r| r.to_string()),
+                // v3+ (KIP-966); earlier brokers cannot tell, so their restarts are unclean.
+                previous_broker_epoch: if version >= 3 {
+                    req.previous_broker_epoch
+                } else {
+                    -1
+                },
+            };
             broker
                 .controller
                 .register_broker(
-                    req.broker_id.0,
-                    l.host.as_str(),
-                    l.port as i32,
-                    req.rack.as_ref().map(|r| r.to_string()),
+                    &registration,
+                    Some(req.cluster_id.as_str()),
                     crate::monotonic_ms(),
+                    broker.config.unclean_leader_election_enable,
                 )
                 .await
         }
@@ -48,8 +65,7 @@ pub async fn broker_registration(
         )),
     };
     match r {
-        Ok(()) => BrokerRegistrationResponse::default()
-            .with_broker_epoch(broker.controller.epoch() as i64),
+        Ok(epoch) => BrokerRegistrationResponse::default().with_broker_epoch(epoch),
         Err(e) => BrokerRegistrationResponse::default()
             .with_error_code(e.code())
             .with_broker_epoch(-1),
@@ -79,27 +95,49 @@ pub async fn alter_partition(
     req: AlterPartitionRequest,
     version: i16,
 ) -> AlterPartitionResponse {
+    // Kafka's `checkBrokerEpoch`: a request from another incarnation than the registered one
+    // is refused as a whole.
+    let checked = match broker.controller.is_active() {
+        true => strom_controller::partition_change::check_broker_epoch(
+            &broker.controller.image(),
+            req.broker_id.0,
+            req.broker_epoch,
+        ),
+        // A standby answers NOT_CONTROLLER per partition below.
+        false => Ok(()),
+    };
+    if let Err(message) = checked {
+        tracing::info!(broker = req.broker_id.0, %message, "AlterPartition refused");
+        return AlterPartitionResponse::default()
+            .with_error_code(ErrorCode::StaleBrokerEpoch.code());
+    }
     let mut topics = Vec::new();
     for t in req.topics {
         let mut partitions = Vec::new();
         for p in t.partitions {
-            let isr: Vec<i32> = if version >= 3 {
+            // v3 carries each new ISR member's broker epoch (KIP-903); before, none is known.
+            let isr: Vec<strom_controller::BrokerState> = if version >= 3 {
                 p.new_isr_with_epochs
                     .iter()
-                    .map(|b| b.broker_id.0)
+                    .map(|b| strom_controller::BrokerState {
+                        broker_id: b.broker_id.0,
+                        broker_epoch: b.broker_epoch,
+                    })
                     .collect()
             } else {
-                p.new_isr.iter().map(|b| b.0).collect()
+                let ids: Vec<i32> = p.new_isr.iter().map(|b| b.0).collect();
+                strom_controller::BrokerState::without_epochs(&ids)
             };
             let r = broker
                 .controller
                 .alter_partition(
                     req.broker_id.0,
+                    req.broker_epoch,
                     t.topic_id,
                     p.partition_index,
                     p.leader_epoch,
                     p.partition_epoch,
-                    isr,
+                    &isr,
                 )
                 .await;
             let mut out = AlterPartitionData::default().with_partition_index(p.partition_index);
@@ -131,9 +169,9 @@ pub async fn alter_partition(
 }
 
 /// Whether a broker that has replayed the metadata log up to `broker_offset` is caught up with
-/// this (active) controller, which has replayed it up to `controller_offset`. Both are Raft log
-/// indexes; a broker restarted after the quorum moved on holds a stale image until then (its
-/// publishing is held, see `MetadataLoader::start_held`).
+/// this (active) controller, which has replayed it up to `controller_offset`. Both are record
+/// offsets (`QuorumController::applied_offset`); a broker restarted after the quorum moved on
+/// holds a stale image until then (its publishing is held, see `MetadataLoader::start_held`).
 pub fn is_caught_up(broker_offset: i64, controller_offset: i64) -> bool {
     broker_offset >= controller_offset
 }
@@ -147,7 +185,7 @@ pub async fn broker_heartbeat(
     if req.want_shut_down {
         return match broker
             .controller
-            .controlled_shutdown(req.broker_id.0, now, unclean)
+            .controlled_shutdown(req.broker_id.0, req.broker_epoch, now, unclean)
             .await
         {
             Ok(done) => BrokerHeartbeatResponse::default()
@@ -158,10 +196,16 @@ pub async fn broker_heartbeat(
     }
     match broker
         .controller
-        .heartbeat(req.broker_id.0, now, unclean)
+        .heartbeat(
+            req.broker_id.0,
+            req.broker_epoch,
+            req.current_metadata_offset,
+            now,
+            unclean,
+        )
         .await
     {
-        Ok(fenced) => BrokerHeartbeatResponse::default()
+        Ok(reply) => BrokerHeartbeatResponse::default()
             .with_is_caught_up(
                 broker.controller.is_confirmed_active()
                     && is_caught_up(
@@ -169,7 +213,8 @@ pub async fn broker_heartbeat(
                         broker.controller.applied_offset(),
                     ),
             )
-            .with_is_fenced(fenced),
+            .with_is_fenced(reply.is_fenced)
+            .with_should_shut_down(reply.should_shut_down),
         Err(e) => BrokerHeartbeatResponse::default().with_error_code(e.code()),
     }
 }

@@ -173,6 +173,10 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: 9090 + node_id,
                 rack: None,
+                incarnation_id: uuid::Uuid::nil(),
+                broker_epoch: None,
+                fenced: None,
+                in_controlled_shutdown: None,
             });
         }
         let fence = |fenced| MetadataRecord::BrokerRegistrationChange {

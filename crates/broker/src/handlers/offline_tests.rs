@@ -52,6 +52,7 @@ async fn start(dir: &tempfile::TempDir) -> (Server, Arc<Broker>) {
         BTreeMap::new(),
     )
     .unwrap();
+    crate::meta_properties::format(&config.log_dirs, config.node_id, "test-cluster", true).unwrap();
     let server = Server::start(config).await.unwrap();
     let b = server.broker();
     (server, b)
@@ -233,6 +234,7 @@ async fn a_log_dir_whose_checkpoints_fail_takes_its_replicas_offline() {
         props,
     )
     .unwrap();
+    crate::meta_properties::format(&config.log_dirs, config.node_id, "test-cluster", true).unwrap();
     let server = Server::start(config).await.unwrap();
     let b = server.broker();
     assert_eq!(create(&b, "in-a", &[]).await.0, 0);

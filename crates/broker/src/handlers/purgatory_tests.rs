@@ -69,6 +69,7 @@ async fn broker(dir: &tempfile::TempDir) -> (Server, Arc<Partition>) {
         BTreeMap::new(),
     )
     .unwrap();
+    crate::meta_properties::format(&config.log_dirs, config.node_id, "test-cluster", true).unwrap();
     let server = Server::start(config).await.unwrap();
     let spec = CreateTopicSpec {
         name: "t".into(),
@@ -218,7 +219,7 @@ async fn acks_all_produce_answers_on_the_follower_fetch() {
     tokio::time::advance(Duration::from_millis(250)).await;
     settle().await;
     assert!(!waiting.is_finished());
-    assert!(p.update_follower_fetch_state(2, 1, 0, crate::now_ms(), 1));
+    assert!(p.update_follower_fetch_state(2, 1, 0, crate::now_ms(), 1, -1));
     settle().await;
     assert!(waiting.is_finished(), "woken by the fetch, not by a poll");
     assert_eq!(produce_error(&waiting.await.unwrap()), 0);
@@ -253,7 +254,7 @@ fn three_replicated_records(p: &Partition) {
         )
         .unwrap();
     }
-    assert!(p.update_follower_fetch_state(2, 3, 0, crate::now_ms(), 3));
+    assert!(p.update_follower_fetch_state(2, 3, 0, crate::now_ms(), 3, -1));
     assert_eq!(p.high_watermark(), 3);
 }
 
@@ -277,10 +278,10 @@ async fn delete_records_answers_on_the_follower_fetch_that_moves_the_low_waterma
     settle().await;
     assert!(!waiting.is_finished());
     // A fetch that moves the follower's log start short of the offset changes nothing.
-    assert!(p.update_follower_fetch_state(2, 3, 1, crate::now_ms(), 3));
+    assert!(p.update_follower_fetch_state(2, 3, 1, crate::now_ms(), 3, -1));
     settle().await;
     assert!(!waiting.is_finished());
-    assert!(p.update_follower_fetch_state(2, 3, 2, crate::now_ms(), 3));
+    assert!(p.update_follower_fetch_state(2, 3, 2, crate::now_ms(), 3, -1));
     settle().await;
     assert!(waiting.is_finished(), "woken by the fetch, not by a poll");
     assert_eq!(delete_result(&waiting.await.unwrap()), (0, 2));
@@ -300,7 +301,7 @@ async fn delete_records_times_out_exactly_at_timeout_ms_with_the_low_watermark_s
         tokio::spawn(async move { delete_records::handle(&b, delete_request(-1, 2_000)).await });
     settle().await;
     assert_eq!(p.log_start_offset(), 3);
-    assert!(p.update_follower_fetch_state(2, 3, 1, crate::now_ms(), 3));
+    assert!(p.update_follower_fetch_state(2, 3, 1, crate::now_ms(), 3, -1));
     tokio::time::advance(Duration::from_millis(1_999)).await;
     settle().await;
     assert!(!waiting.is_finished(), "1 ms before timeout_ms");
@@ -380,7 +381,7 @@ async fn waiting_operations_answer_when_their_partition_is_deleted() {
     // The first record is replicated (HW 1); the follower's log start stays 0.
     let first = spawn_produce(b.clone());
     settle().await;
-    assert!(p.update_follower_fetch_state(2, 1, 0, crate::now_ms(), 1));
+    assert!(p.update_follower_fetch_state(2, 1, 0, crate::now_ms(), 1, -1));
     settle().await;
     assert_eq!(produce_error(&first.await.unwrap()), 0);
     let start = Instant::now();

@@ -554,7 +554,7 @@ pub static REGISTRY: &[ApiEntry] = &[
         CONTROLLER,
         forward = false,
         BrokerRegistrationRequest,
-        |b, ctx, req, v| internal::broker_registration(b, req).await
+        |b, ctx, req, v| internal::broker_registration(b, req, v).await
     ),
     api!(
         BrokerHeartbeat,

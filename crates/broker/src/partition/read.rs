@@ -129,13 +129,14 @@ impl Partition {
     }
 
     /// Kafka's `fetchRecords`: checks leadership and the fetcher's epoch, reads, and for a
-    /// follower (`replica_id`) records its fetch, unless its log diverges. A replica that is not
-    /// in the assignment gets UNKNOWN_LEADER_EPOCH when it sent an epoch, else
-    /// NOT_LEADER_OR_FOLLOWER.
+    /// follower (`replica_id`, fetching as `replica_epoch`: its broker epoch, -1 before Fetch
+    /// v15) records its fetch, unless its log diverges. A replica that is not in the assignment
+    /// gets UNKNOWN_LEADER_EPOCH when it sent an epoch, else NOT_LEADER_OR_FOLLOWER.
     #[allow(clippy::too_many_arguments)]
     pub fn fetch_records(
         &self,
         replica_id: Option<i32>,
+        replica_epoch: i64,
         isolation: FetchIsolation,
         fetch: &PartitionFetch,
         max_bytes: usize,
@@ -188,6 +189,7 @@ impl Partition {
                     fetch.log_start_offset,
                     now_ms,
                     info.log_end_offset,
+                    replica_epoch,
                 );
             }
         }

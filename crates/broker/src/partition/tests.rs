@@ -256,7 +256,7 @@ fn the_lso_moves_with_the_hw_and_read_committed_reads_below_it() {
         max_bytes: 1 << 20,
     };
     let read = |isolation| {
-        p.fetch_records(None, isolation, &fetch, 1 << 20, true, true, 0)
+        p.fetch_records(None, -1, isolation, &fetch, 1 << 20, true, true, 0)
             .unwrap()
     };
     let rc = read(FetchIsolation::TxnCommitted);

@@ -26,6 +26,8 @@ use crate::purgatory::DelayedOperation;
 pub struct FetchParams {
     /// The follower fetching (`None`: a consumer).
     pub replica_id: Option<i32>,
+    /// The follower's broker epoch (Fetch v15+'s `ReplicaState.ReplicaEpoch`; -1 before).
+    pub replica_epoch: i64,
     pub max_wait: Duration,
     pub min_bytes: usize,
     /// The whole response's limit (Fetch v3+); the first partition with data may exceed it.
@@ -158,6 +160,7 @@ impl ReplicaManager {
             let limit = req.fetch.max_bytes.min(remaining);
             let result = partition.fetch_records(
                 params.replica_id,
+                params.replica_epoch,
                 params.isolation,
                 &req.fetch,
                 limit,

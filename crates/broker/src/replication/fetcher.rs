@@ -1,7 +1,9 @@
 //! The follower side of replication (Kafka's `AbstractFetcherThread` / `ReplicaFetcherThread`).
 //!
 //! One [`ReplicaFetcher`] task per leader broker fetches all partitions this broker follows from
-//! it, with Fetch v12 (replica id = this node, `current_leader_epoch`, `last_fetched_epoch`):
+//! it, with Fetch v15 (topic ids; `ReplicaState`: this node and its broker epoch, which the
+//! leader checks before it lets this broker into an ISR (KIP-903); `current_leader_epoch`,
+//! `last_fetched_epoch`):
 //!
 //! - data: appended as follower; the follower's HW becomes min(leader HW, own LEO) and its log
 //!   start follows the leader's;
@@ -21,10 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use strom_protocol::kafka::messages::fetch_request::{FetchPartition, FetchTopic};
+use strom_protocol::kafka::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
 use strom_protocol::kafka::messages::fetch_response::PartitionData;
-use strom_protocol::kafka::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
-use strom_protocol::kafka::protocol::StrBytes;
+use strom_protocol::kafka::messages::{BrokerId, FetchRequest, FetchResponse};
 use strom_protocol::ErrorCode;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
@@ -34,14 +35,18 @@ use crate::inter_broker::{Channel, InterBrokerClient};
 use crate::partition::Partition;
 use crate::replica_manager::TopicPartition;
 
-/// The Fetch version followers send: the first with `last_fetched_epoch` / `diverging_epoch`.
-pub const REPLICA_FETCH_VERSION: i16 = 12;
+/// The Fetch version followers send: the first with `ReplicaState` (the follower's broker
+/// epoch, KIP-903), as Kafka's followers send since 3.7 (v12 brought `last_fetched_epoch` /
+/// `diverging_epoch`, v13 topic ids).
+pub const REPLICA_FETCH_VERSION: i16 = 15;
 
 /// Kafka's `replica.fetch.*` settings.
 #[derive(Debug, Clone)]
 pub struct FetcherConfig {
     /// This broker's id, sent as the fetch's replica id.
     pub node_id: i32,
+    /// This broker's incarnation: its broker epoch goes into every fetch (-1 without one).
+    pub lifecycle: Option<Arc<crate::broker_lifecycle::BrokerLifecycleManager>>,
     /// `replica.fetch.wait.max.ms` (500).
     pub max_wait_ms: i32,
     /// `replica.fetch.min.bytes` (1).
@@ -60,6 +65,7 @@ impl FetcherConfig {
     pub fn new(node_id: i32) -> Self {
         Self {
             node_id,
+            lifecycle: None,
             max_wait_ms: 500,
             min_bytes: 1,
             max_bytes: 10 * 1024 * 1024,
@@ -338,22 +344,28 @@ fn earliest_delay(shared: &Shared) -> Option<Instant> {
         .min()
 }
 
-/// What a fetch asked for each partition: (fetch offset, current leader epoch).
-type Sent = HashMap<TopicPartition, (i64, i32)>;
+/// What a fetch asked for each partition: (fetch offset, current leader epoch), and the names
+/// of the topics it named by id.
+struct Sent {
+    partitions: HashMap<TopicPartition, (i64, i32)>,
+    names: HashMap<uuid::Uuid, String>,
+}
 
 /// The fetch for every partition not backing off, and what was asked for each.
 fn build_request(config: &FetcherConfig, shared: &Shared) -> Option<(FetchRequest, Sent)> {
     let now = Instant::now();
     let mut map = shared.partitions.lock();
-    let mut topics: BTreeMap<String, Vec<FetchPartition>> = BTreeMap::new();
+    let mut topics: BTreeMap<uuid::Uuid, Vec<FetchPartition>> = BTreeMap::new();
     let mut sent = HashMap::new();
+    let mut names = HashMap::new();
     for (key, st) in map.iter_mut() {
         match st.delayed_until {
             Some(t) if t > now => continue,
             _ => st.delayed_until = None,
         }
         let p = &st.partition;
-        topics.entry(key.0.clone()).or_default().push(
+        names.insert(p.topic_id, key.0.clone());
+        topics.entry(p.topic_id).or_default().push(
             FetchPartition::default()
                 .with_partition(key.1)
                 .with_current_leader_epoch(st.current_leader_epoch)
@@ -368,7 +380,11 @@ fn build_request(config: &FetcherConfig, shared: &Shared) -> Option<(FetchReques
         return None;
     }
     let req = FetchRequest::default()
-        .with_replica_id(BrokerId(config.node_id))
+        .with_replica_state(
+            ReplicaState::default()
+                .with_replica_id(BrokerId(config.node_id))
+                .with_replica_epoch(config.lifecycle.as_ref().map_or(-1, |l| l.broker_epoch())),
+        )
         .with_max_wait_ms(config.max_wait_ms)
         .with_min_bytes(config.min_bytes)
         .with_max_bytes(config.max_bytes)
@@ -380,26 +396,34 @@ fn build_request(config: &FetcherConfig, shared: &Shared) -> Option<(FetchReques
                 .into_iter()
                 .map(|(t, parts)| {
                     FetchTopic::default()
-                        .with_topic(TopicName(StrBytes::from_string(t)))
+                        .with_topic_id(t)
                         .with_partitions(parts)
                 })
                 .collect(),
         );
-    Some((req, sent))
+    Some((
+        req,
+        Sent {
+            partitions: sent,
+            names,
+        },
+    ))
 }
 
 fn process_response(config: &FetcherConfig, shared: &Shared, resp: FetchResponse, sent: &Sent) {
     let mut map = shared.partitions.lock();
     let now_ms = crate::now_ms();
     for topic in resp.responses {
-        let name = topic.topic.0.to_string();
+        let Some(name) = sent.names.get(&topic.topic_id).cloned() else {
+            continue;
+        };
         for pd in topic.partitions {
             let key = (name.clone(), pd.partition_index);
             let Some(st) = map.get_mut(&key) else {
                 continue;
             };
             // Removed and re-added, or moved on since the request: this answer is stale.
-            if sent.get(&key) != Some(&(st.fetch_offset, st.current_leader_epoch)) {
+            if sent.partitions.get(&key) != Some(&(st.fetch_offset, st.current_leader_epoch)) {
                 continue;
             }
             if let Err(e) = process_partition(st, &pd, now_ms) {

@@ -22,6 +22,9 @@ pub struct FollowerState {
     pub last_fetch_time_ms: i64,
     /// The last time the follower had everything the leader had (see [`Self::update`]).
     pub last_caught_up_time_ms: i64,
+    /// The broker epoch its last fetch carried (Kafka's `ReplicaState.brokerEpoch`: Fetch v15+
+    /// `ReplicaState.ReplicaEpoch`; -1 from older versions); `None` before its first fetch.
+    pub broker_epoch: Option<i64>,
 }
 
 impl FollowerState {
@@ -35,6 +38,7 @@ impl FollowerState {
             last_fetch_leader_log_end_offset: -1,
             last_fetch_time_ms: 0,
             last_caught_up_time_ms: if in_sync { now_ms } else { 0 },
+            broker_epoch: None,
         }
     }
 
@@ -59,7 +63,9 @@ impl FollowerState {
         follower_log_start_offset: i64,
         now_ms: i64,
         leader_log_end_offset: i64,
+        broker_epoch: i64,
     ) {
+        self.broker_epoch = Some(broker_epoch);
         if fetch_offset >= leader_log_end_offset {
             self.last_caught_up_time_ms = self.last_caught_up_time_ms.max(now_ms);
         } else if fetch_offset >= self.last_fetch_leader_log_end_offset {
@@ -110,6 +116,11 @@ pub struct LeaderState {
     /// metadata image (the negation of Kafka's `isReplicaIsrEligible`). The HW does not wait
     /// for them to join, however recently they were caught up.
     pub ineligible_replicas: BTreeSet<i32>,
+    /// The registered broker epoch of every broker in the last applied image (Kafka's
+    /// `getAliveBrokerEpoch`): a follower whose fetches come from another incarnation — the
+    /// one before a restart — may not join the ISR (KIP-903). Empty: not known (the epoch
+    /// check is skipped).
+    pub broker_epochs: BTreeMap<i32, i64>,
 }
 
 impl LeaderState {
@@ -127,6 +138,7 @@ impl LeaderState {
             replica_lag_time_max_ms: DEFAULT_REPLICA_LAG_TIME_MAX_MS,
             min_insync_replicas: 1,
             ineligible_replicas: BTreeSet::new(),
+            broker_epochs: BTreeMap::new(),
         }
     }
 
@@ -225,8 +237,9 @@ impl LeaderState {
         self.isr.len() < self.effective_min_isr()
     }
 
-    /// Records a follower fetch. Returns `None` for a replica not in the assignment (Kafka
-    /// answers such fetches with UNKNOWN_LEADER_EPOCH), else whether its LEO moved.
+    /// Records a follower fetch carrying `broker_epoch` (-1: a Fetch before v15). Returns
+    /// `None` for a replica not in the assignment (Kafka answers such fetches with
+    /// UNKNOWN_LEADER_EPOCH), else whether its LEO moved.
     pub fn update_follower_fetch_state(
         &mut self,
         follower: i32,
@@ -234,6 +247,7 @@ impl LeaderState {
         follower_log_start_offset: i64,
         now_ms: i64,
         leader_log_end_offset: i64,
+        broker_epoch: i64,
     ) -> Option<bool> {
         let f = self.followers.get_mut(&follower)?;
         let before = f.log_end_offset;
@@ -242,8 +256,46 @@ impl LeaderState {
             follower_log_start_offset,
             now_ms,
             leader_log_end_offset,
+            broker_epoch,
         );
         Some(before != fetch_offset)
+    }
+
+    /// Kafka's `isReplicaIsrEligible`: not fenced or shutting down, and — when the image's
+    /// broker epochs are known — its last fetch came from the registered incarnation or
+    /// carried no epoch (`isBrokerEpochIsrEligible`: a fetch from before a restart does not
+    /// vouch for what the restarted broker holds).
+    pub fn is_replica_isr_eligible(&self, id: i32) -> bool {
+        if self.ineligible_replicas.contains(&id) {
+            return false;
+        }
+        if self.broker_epochs.is_empty() {
+            return true;
+        }
+        let Some(&registered) = self.broker_epochs.get(&id) else {
+            return false;
+        };
+        self.followers
+            .get(&id)
+            .and_then(|f| f.broker_epoch)
+            .is_some_and(|e| e == -1 || e == registered)
+    }
+
+    /// The broker epoch of each of `isr` for an AlterPartition (Kafka's `addBrokerEpochToIsr`):
+    /// this leader's registered one, each follower's last fetch's, -1 where unknown.
+    pub fn isr_broker_epochs(&self, isr: &[i32]) -> Vec<i64> {
+        isr.iter()
+            .map(|&id| {
+                if id == self.local_id {
+                    self.broker_epochs.get(&id).copied().unwrap_or(-1)
+                } else {
+                    self.followers
+                        .get(&id)
+                        .and_then(|f| f.broker_epoch)
+                        .unwrap_or(-1)
+                }
+            })
+            .collect()
     }
 
     /// The HW the leader may move to (Kafka's `maybeIncrementLeaderHW`): the leader's LEO
@@ -259,7 +311,7 @@ impl LeaderState {
         let mut hw = leader_log_end_offset;
         for (id, f) in &self.followers {
             let counts = maximal.contains(id)
-                || (!self.ineligible_replicas.contains(id)
+                || (self.is_replica_isr_eligible(*id)
                     && f.is_caught_up(leader_log_end_offset, now_ms, self.replica_lag_time_max_ms));
             if counts && f.log_end_offset < hw {
                 hw = f.log_end_offset;
@@ -297,7 +349,7 @@ impl LeaderState {
     pub fn isr_expand_candidate(&self, follower: i32, high_watermark: i64) -> bool {
         if self.pending.is_some()
             || self.isr.contains(&follower)
-            || self.ineligible_replicas.contains(&follower)
+            || !self.is_replica_isr_eligible(follower)
         {
             return false;
         }
@@ -375,12 +427,12 @@ mod tests {
         let mut s = three(0);
         // No follower has fetched yet in this epoch: unknown LEOs hold the HW.
         assert_eq!(s.high_watermark_candidate(120, 0), Some(-1));
-        s.update_follower_fetch_state(2, 110, 0, 1, 120);
-        s.update_follower_fetch_state(3, 105, 0, 1, 120);
+        s.update_follower_fetch_state(2, 110, 0, 1, 120, -1);
+        s.update_follower_fetch_state(3, 105, 0, 1, 120, -1);
         assert_eq!(s.high_watermark_candidate(120, 1), Some(105));
-        s.update_follower_fetch_state(3, 120, 0, 2, 120);
+        s.update_follower_fetch_state(3, 120, 0, 2, 120, -1);
         assert_eq!(s.high_watermark_candidate(120, 2), Some(110));
-        s.update_follower_fetch_state(2, 120, 0, 3, 120);
+        s.update_follower_fetch_state(2, 120, 0, 3, 120, -1);
         assert_eq!(s.high_watermark_candidate(120, 3), Some(120));
     }
 
@@ -391,10 +443,43 @@ mod tests {
         // Never caught up: not waited for.
         assert_eq!(s.high_watermark_candidate(50, 100_000), Some(50));
         // Caught up recently (trying to join): the HW waits for it.
-        s.update_follower_fetch_state(2, 50, 0, 100_000, 50);
+        s.update_follower_fetch_state(2, 50, 0, 100_000, 50, -1);
         assert_eq!(s.high_watermark_candidate(60, 100_001), Some(50));
         // Lagging past replica.lag.time.max.ms: no longer waited for.
         assert_eq!(s.high_watermark_candidate(60, 100_000 + 30_001), Some(60));
+    }
+
+    /// KIP-903 on the leader (Kafka's `isBrokerEpochIsrEligible`): a follower whose last fetch
+    /// came from another incarnation than the registered one neither rejoins the ISR nor holds
+    /// the HW; a fetch without an epoch (Fetch < v15) passes; the proposal carries the epochs.
+    #[test]
+    fn follower_from_another_incarnation_is_not_isr_eligible() {
+        let mut s = LeaderState::new(1);
+        s.apply_registration(true, 1, 1, &[1, 2, 3], &[1, 2], 0, 0);
+        s.broker_epochs = [(1, 10), (2, 20), (3, 31)].into();
+        // 3 fetched as its incarnation of epoch 30, then restarted (now registered as 31).
+        s.update_follower_fetch_state(3, 50, 0, 100, 50, 30);
+        assert!(!s.is_replica_isr_eligible(3));
+        assert!(!s.isr_expand_candidate(3, 50));
+        s.update_follower_fetch_state(2, 40, 0, 100, 50, 20);
+        assert_eq!(
+            s.high_watermark_candidate(50, 100),
+            Some(40),
+            "only the ISR holds the HW"
+        );
+        // Its new incarnation fetches: eligible again.
+        s.update_follower_fetch_state(3, 50, 0, 200, 50, 31);
+        assert!(s.isr_expand_candidate(3, 50));
+        assert_eq!(s.isr_broker_epochs(&[1, 2, 3]), vec![10, 20, 31]);
+        // No epoch in the fetch: not checked.
+        s.update_follower_fetch_state(3, 50, 0, 300, 50, -1);
+        assert!(s.is_replica_isr_eligible(3));
+        // Not registered: not eligible; never fetched: -1 in a proposal.
+        s.broker_epochs.remove(&3);
+        assert!(!s.is_replica_isr_eligible(3));
+        let mut fresh = LeaderState::new(1);
+        fresh.apply_registration(true, 1, 1, &[1, 2], &[1, 2], 0, 0);
+        assert_eq!(fresh.isr_broker_epochs(&[1, 2]), vec![-1, -1]);
     }
 
     #[test]
@@ -402,16 +487,16 @@ mod tests {
         // Follower 3 was caught up a moment ago, then the controller fenced it (session
         // expired: SIGSTOP, partition) and removed it from the ISR.
         let mut s = three(0);
-        s.update_follower_fetch_state(2, 100, 0, 1_000, 100);
-        s.update_follower_fetch_state(3, 100, 0, 1_000, 100);
+        s.update_follower_fetch_state(2, 100, 0, 1_000, 100, -1);
+        s.update_follower_fetch_state(3, 100, 0, 1_000, 100, -1);
         s.apply_registration(false, 5, 11, &[1, 2, 3], &[1, 2], 130, 2_000);
-        s.update_follower_fetch_state(2, 130, 0, 2_000, 130);
+        s.update_follower_fetch_state(2, 130, 0, 2_000, 130, -1);
         // Not fenced yet: waited for while within replica.lag.time.max.ms, as it may rejoin.
         assert_eq!(s.high_watermark_candidate(130, 2_000), Some(100));
         s.ineligible_replicas.insert(3);
         assert_eq!(s.high_watermark_candidate(130, 2_000), Some(130));
         // Nor does a fenced broker rejoin the ISR.
-        s.update_follower_fetch_state(3, 130, 0, 2_100, 130);
+        s.update_follower_fetch_state(3, 130, 0, 2_100, 130, -1);
         assert!(!s.isr_expand_candidate(3, 130));
         s.ineligible_replicas.clear();
         assert!(s.isr_expand_candidate(3, 130));
@@ -432,14 +517,14 @@ mod tests {
     fn caught_up_time_rules() {
         let mut f = FollowerState::reset(0, false);
         // Fetch below the leader's LEO: not caught up (no earlier fetch).
-        f.update(5, 0, 1_000, 10);
+        f.update(5, 0, 1_000, 10, -1);
         assert_eq!(f.last_caught_up_time_ms, 0);
         // Next fetch asks for at least what the leader had at the previous fetch: caught up
         // as of that previous fetch.
-        f.update(10, 0, 2_000, 15);
+        f.update(10, 0, 2_000, 15, -1);
         assert_eq!(f.last_caught_up_time_ms, 1_000);
         // At the leader's end: caught up now.
-        f.update(15, 0, 3_000, 15);
+        f.update(15, 0, 3_000, 15, -1);
         assert_eq!(f.last_caught_up_time_ms, 3_000);
         assert!(f.is_caught_up(15, 100_000, 30_000));
         assert!(!f.is_caught_up(16, 33_001, 30_000));
@@ -449,11 +534,11 @@ mod tests {
     #[test]
     fn shrink_after_lag_time() {
         let mut s = three(0);
-        s.update_follower_fetch_state(2, 100, 0, 1_000, 100);
-        s.update_follower_fetch_state(3, 100, 0, 1_000, 100);
+        s.update_follower_fetch_state(2, 100, 0, 1_000, 100, -1);
+        s.update_follower_fetch_state(3, 100, 0, 1_000, 100, -1);
         // Leader moves on; follower 2 keeps up, follower 3 stops fetching.
         for t in (2_000..40_000).step_by(1_000) {
-            s.update_follower_fetch_state(2, 100 + t / 1_000, 0, t, 100 + t / 1_000);
+            s.update_follower_fetch_state(2, 100 + t / 1_000, 0, t, 100 + t / 1_000, -1);
         }
         let leo = 140;
         assert!(s.isr_shrink_candidates(30_000, 30_000, leo).is_empty());
@@ -465,8 +550,8 @@ mod tests {
     #[test]
     fn pending_shrink_keeps_old_isr_until_committed() {
         let mut s = three(0);
-        s.update_follower_fetch_state(2, 100, 0, 1, 100);
-        s.update_follower_fetch_state(3, 90, 0, 1, 100);
+        s.update_follower_fetch_state(2, 100, 0, 1, 100, -1);
+        s.update_follower_fetch_state(3, 90, 0, 1, 100, -1);
         let out = s.isr_shrink_candidates(40_000, 30_000, 100);
         assert_eq!(out, vec![3]);
         assert_eq!(s.prepare_isr_shrink(&out), vec![1, 2]);
@@ -491,12 +576,12 @@ mod tests {
         let mut s = LeaderState::new(1);
         // Leader of epoch 7 from offset 50.
         s.apply_registration(true, 7, 3, &[1, 2], &[1], 50, 0);
-        s.update_follower_fetch_state(2, 40, 0, 1, 60);
+        s.update_follower_fetch_state(2, 40, 0, 1, 60, -1);
         assert!(
             !s.isr_expand_candidate(2, 40),
             "below the epoch start offset"
         );
-        s.update_follower_fetch_state(2, 55, 0, 2, 60);
+        s.update_follower_fetch_state(2, 55, 0, 2, 60, -1);
         assert!(!s.isr_expand_candidate(2, 58), "below the HW");
         assert!(s.isr_expand_candidate(2, 55));
         assert!(!s.isr_expand_candidate(3, 0), "not an assigned replica");
@@ -517,8 +602,8 @@ mod tests {
     #[test]
     fn new_leader_epoch_resets_followers() {
         let mut s = three(0);
-        s.update_follower_fetch_state(2, 100, 7, 1, 100);
-        s.update_follower_fetch_state(3, 90, 0, 1, 100);
+        s.update_follower_fetch_state(2, 100, 7, 1, 100, -1);
+        s.update_follower_fetch_state(3, 90, 0, 1, 100, -1);
         // Re-elected in a new epoch: offsets are kept, the catch-up clocks restart
         // (Kafka's resetReplicaState with isNewLeader = false).
         s.apply_registration(false, 6, 11, &[1, 2, 3], &[1, 2], 130, 50_000);
@@ -542,7 +627,7 @@ mod tests {
         // Reassignment drops followers no longer assigned.
         s.apply_registration(false, 7, 13, &[1, 2], &[1, 2], 130, 60_001);
         assert!(s.follower(3).is_none());
-        assert_eq!(s.update_follower_fetch_state(3, 1, 0, 1, 1), None);
+        assert_eq!(s.update_follower_fetch_state(3, 1, 0, 1, 1, -1), None);
     }
 
     #[test]
@@ -551,9 +636,9 @@ mod tests {
         // the ISR (session timeout) sooner than replica.lag.time.max.ms after that catch-up.
         let mut s = three(0);
         s.min_insync_replicas = 2;
-        s.update_follower_fetch_state(2, 100, 0, 1_000, 100);
-        s.update_follower_fetch_state(3, 100, 0, 1_000, 100);
-        s.update_follower_fetch_state(2, 110, 0, 1_500, 110);
+        s.update_follower_fetch_state(2, 100, 0, 1_000, 100, -1);
+        s.update_follower_fetch_state(3, 100, 0, 1_000, 100, -1);
+        s.update_follower_fetch_state(2, 110, 0, 1_500, 110, -1);
         // The ISR change alone: 3 is still eligible and recently caught up, so it may be about
         // to rejoin and the HW waits for it (Kafka's shouldWaitForReplicaToJoinIsr).
         assert!(s.apply_registration(false, 5, 11, &[1, 2, 3], &[1, 2], 110, 2_000));

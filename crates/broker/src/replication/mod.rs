@@ -51,6 +51,24 @@ pub struct AlterPartitionProposal {
     pub leader_epoch: i32,
     pub partition_epoch: i32,
     pub new_isr: Vec<i32>,
+    /// The broker epoch of each member of `new_isr`, in its order (KIP-903): the leader's own,
+    /// the one of each follower's last fetch, -1 for a follower not heard from in this leader
+    /// epoch. The controller refuses a member whose epoch is not its registration's.
+    pub new_isr_broker_epochs: Vec<i64>,
+}
+
+impl AlterPartitionProposal {
+    /// The new ISR as AlterPartition v3 carries it.
+    pub fn new_isr_with_epochs(&self) -> Vec<strom_controller::BrokerState> {
+        self.new_isr
+            .iter()
+            .enumerate()
+            .map(|(i, &broker_id)| strom_controller::BrokerState {
+                broker_id,
+                broker_epoch: self.new_isr_broker_epochs.get(i).copied().unwrap_or(-1),
+            })
+            .collect()
+    }
 }
 
 /// Sends ISR changes to the controller. Fire and forget: success shows up as a new metadata

@@ -92,10 +92,10 @@ fn isr_shrink_removes_a_follower_just_after_the_lag_time() {
     let dir = tempfile::tempdir().unwrap();
     let (p, proposals) = leader(&dir, 0, &[1, 2, 3], &[1, 2, 3], T0);
     append(&p, 10, T0 + 1);
-    assert!(p.update_follower_fetch_state(2, 10, 0, T0 + 100, 10));
-    assert!(p.update_follower_fetch_state(3, 4, 0, T0 + 100, 10));
+    assert!(p.update_follower_fetch_state(2, 10, 0, T0 + 100, 10, -1));
+    assert!(p.update_follower_fetch_state(3, 4, 0, T0 + 100, 10, -1));
     append(&p, 10, T0 + 200);
-    assert!(p.update_follower_fetch_state(2, 20, 0, T0 + 9_000, 20));
+    assert!(p.update_follower_fetch_state(2, 20, 0, T0 + 9_000, 20, -1));
 
     assert_eq!(p.maybe_shrink_isr(T0 + LAG), None, "exactly at the limit");
     assert!(proposals.lock().is_empty());
@@ -138,7 +138,7 @@ fn isr_shrink_keeps_followers_that_caught_up_within_the_lag_time() {
         if step % 5 == 0 {
             let leo = p.log_end_offset();
             for f in [2, 3] {
-                p.update_follower_fetch_state(f, leo_at_previous_fetch, 0, now, leo);
+                p.update_follower_fetch_state(f, leo_at_previous_fetch, 0, now, leo, -1);
             }
             leo_at_previous_fetch = leo;
         }
@@ -149,8 +149,8 @@ fn isr_shrink_keeps_followers_that_caught_up_within_the_lag_time() {
     assert!(proposals.lock().is_empty());
     // Both catch up fully, then the partition goes idle for ten lag times.
     let leo = p.log_end_offset();
-    p.update_follower_fetch_state(2, leo, 0, now, leo);
-    p.update_follower_fetch_state(3, leo, 0, now, leo);
+    p.update_follower_fetch_state(2, leo, 0, now, leo, -1);
+    p.update_follower_fetch_state(3, leo, 0, now, leo, -1);
     assert_eq!(p.high_watermark(), leo);
     assert_eq!(p.maybe_shrink_isr(now + 10 * LAG), None);
     // One append: neither follower has it, and both last caught up at `now`.
@@ -167,6 +167,7 @@ fn shrink_all(p: &Partition) -> AlterPartitionProposal {
         leader_epoch: p.leader_epoch(),
         partition_epoch: 1,
         new_isr: vec![1],
+        new_isr_broker_epochs: vec![-1],
     }
 }
 
@@ -180,8 +181,8 @@ async fn isr_shrink_pass_every_half_lag_time() {
     let clock = move || T0 + start.elapsed().as_millis() as i64;
     let (p, proposals) = leader(&dir, 0, &[1, 2, 3], &[1, 2, 3], clock());
     append(&p, 5, clock());
-    p.update_follower_fetch_state(2, 5, 0, clock(), 5);
-    p.update_follower_fetch_state(3, 5, 0, clock(), 5);
+    p.update_follower_fetch_state(2, 5, 0, clock(), 5, -1);
+    p.update_follower_fetch_state(3, 5, 0, clock(), 5, -1);
     append(&p, 5, clock());
 
     let mut checks = tokio::time::interval(ReplicaManager::isr_shrink_interval(LAG));
@@ -190,7 +191,7 @@ async fn isr_shrink_pass_every_half_lag_time() {
         checks.tick().await;
         // Follower 2 keeps up; follower 3 never fetches again.
         let leo = p.log_end_offset();
-        p.update_follower_fetch_state(2, leo, 0, clock(), leo);
+        p.update_follower_fetch_state(2, leo, 0, clock(), leo, -1);
         if p.maybe_shrink_isr(clock()).is_some() {
             break start.elapsed();
         }
@@ -209,34 +210,34 @@ fn isr_expand_needs_the_hw_and_the_leader_epoch_start() {
     // The epoch starts at offset 10; follower 3 (in the ISR, not fetched yet) holds the HW at 0.
     let (p, proposals) = leader(&dir, 10, &[1, 2, 3], &[1, 3], T0);
     assert_eq!(p.high_watermark(), 0);
-    p.update_follower_fetch_state(2, 5, 0, T0 + 1, 10);
+    p.update_follower_fetch_state(2, 5, 0, T0 + 1, 10, -1);
     assert!(
         proposals.lock().is_empty(),
         "LEO >= HW but below the epoch start"
     );
     append(&p, 10, T0 + 2);
-    p.update_follower_fetch_state(3, 20, 0, T0 + 3, 20);
+    p.update_follower_fetch_state(3, 20, 0, T0 + 3, 20, -1);
     assert_eq!(p.high_watermark(), 20);
-    p.update_follower_fetch_state(2, 15, 0, T0 + 4, 20);
+    p.update_follower_fetch_state(2, 15, 0, T0 + 4, 20, -1);
     assert!(
         proposals.lock().is_empty(),
         "past the epoch start but below the HW"
     );
-    p.update_follower_fetch_state(2, 20, 0, T0 + 5, 20);
+    p.update_follower_fetch_state(2, 20, 0, T0 + 5, 20, -1);
     assert_eq!(isr_proposals(&proposals), vec![vec![1, 3, 2]]);
     assert_eq!(p.isr(), vec![1, 3], "pending until committed");
 
     // Pending expansion: follower 2 bounds the HW even once it is no longer caught up.
     append(&p, 10, T0 + 6);
-    p.update_follower_fetch_state(3, 30, 0, T0 + 6, 30);
+    p.update_follower_fetch_state(3, 30, 0, T0 + 6, 30, -1);
     assert_eq!(p.high_watermark(), 20);
-    p.update_follower_fetch_state(3, 30, 0, T0 + 5 * LAG, 30);
+    p.update_follower_fetch_state(3, 30, 0, T0 + 5 * LAG, 30, -1);
     assert_eq!(
         p.high_watermark(),
         20,
         "maximal ISR holds the HW at follower 2"
     );
-    p.update_follower_fetch_state(2, 30, 0, T0 + 5 * LAG, 30);
+    p.update_follower_fetch_state(2, 30, 0, T0 + 5 * LAG, 30, -1);
     assert_eq!(p.high_watermark(), 30);
     p.apply_leader_and_isr(&registration(2, &[1, 2, 3], &[1, 3, 2]), T0 + 5 * LAG);
     assert_eq!(p.isr(), vec![1, 3, 2]);
@@ -255,7 +256,7 @@ fn hw_waits_for_a_joining_follower_only_within_the_lag_time() {
     let (p, proposals) = leader(&dir, 0, &[1, 2], &[1], T0);
     append(&p, 10, T0);
     assert_eq!(p.high_watermark(), 10);
-    p.update_follower_fetch_state(2, 10, 0, T0, 10);
+    p.update_follower_fetch_state(2, 10, 0, T0, 10, -1);
     // It may join; the controller refuses, so only the caught-up rule keeps it counted.
     assert_eq!(isr_proposals(&proposals), vec![vec![1, 2]]);
     p.alter_partition_failed(1);
@@ -283,11 +284,11 @@ async fn acks_all_completes_on_the_follower_fetch_that_moves_the_hw() {
     });
     settle().await;
     assert!(!waiting.is_finished());
-    p.update_follower_fetch_state(2, 3, 0, T0 + 1, 5);
+    p.update_follower_fetch_state(2, 3, 0, T0 + 1, 5, -1);
     settle().await;
     assert_eq!(p.high_watermark(), 3);
     assert!(!waiting.is_finished(), "HW below the batch end");
-    p.update_follower_fetch_state(2, 5, 0, T0 + 2, 5);
+    p.update_follower_fetch_state(2, 5, 0, T0 + 2, 5, -1);
     settle().await;
     assert!(waiting.is_finished());
     assert_eq!(waiting.await.unwrap(), vec![AckResult::Done]);
@@ -309,7 +310,7 @@ async fn acks_all_times_out_exactly_at_the_request_timeout() {
     settle().await;
     assert!(!waiting.is_finished(), "1 ms before the timeout");
     // A fetch that does not reach the batch end changes nothing.
-    p.update_follower_fetch_state(2, 4, 0, T0 + 1_499, 5);
+    p.update_follower_fetch_state(2, 4, 0, T0 + 1_499, 5, -1);
     settle().await;
     assert!(!waiting.is_finished());
     tokio::time::advance(Duration::from_millis(1)).await;
@@ -337,7 +338,7 @@ async fn acks_all_over_two_partitions_times_out_only_the_lagging_one() {
         async move { wait_for_acks(&[(a, 2), (b, 2)], Duration::from_secs(5)).await }
     });
     settle().await;
-    b.update_follower_fetch_state(2, 2, 0, T0 + 1, 2);
+    b.update_follower_fetch_state(2, 2, 0, T0 + 1, 2, -1);
     settle().await;
     assert!(!waiting.is_finished());
     let results = waiting.await.unwrap();

@@ -58,7 +58,9 @@ impl LocalCluster {
             procs: NodeProcs::new(dir.to_path_buf(), nodes as usize),
             placement,
         };
+        let cluster_id = strom_broker::meta_properties::random_uuid();
         for id in 1..=nodes as i32 {
+            crate::dev_cluster::format_node(&c.node_dir(id), id, &cluster_id)?;
             c.spawn(id)?;
         }
         Ok(c)

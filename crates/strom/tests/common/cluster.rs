@@ -55,6 +55,22 @@ impl Cluster {
             controller_ports,
             settings: settings.iter().map(|s| s.to_string()).collect(),
         };
+        // Every node formatted with one cluster id (`strom format`, as Kafka's nodes are with
+        // `kafka-storage format`) before its dir holds anything else.
+        let cluster_id = super::strom_output(&["random-uuid"]);
+        for node in &c.nodes {
+            let dir = c.data_dir(node.id);
+            let out = super::strom_output(&[
+                "format",
+                "--cluster-id",
+                cluster_id.trim(),
+                "--node-id",
+                &node.id.to_string(),
+                "--data-dir",
+                dir.to_str().unwrap(),
+            ]);
+            assert!(out.contains("Formatting"), "{out}");
+        }
         for i in 0..c.nodes.len() {
             c.spawn(i);
         }

@@ -76,7 +76,21 @@ impl Broker {
             .tempdir()
             .expect("create temp dir");
         let root = tmp.path().to_path_buf();
-        fs::create_dir_all(root.join("data")).expect("create data dir");
+        let data = root.join("data");
+        if reference_kafka() {
+            fs::create_dir_all(&data).expect("create data dir");
+        } else {
+            // Formatted as Kafka's are (`strom format`, `kafka-storage format`), so that tests
+            // may put files there before the first start.
+            let cluster_id = strom_output(&["random-uuid"]);
+            strom_output(&[
+                "format",
+                "--cluster-id",
+                cluster_id.trim(),
+                "--data-dir",
+                data.to_str().expect("utf-8 path"),
+            ]);
+        }
         let mut b = Broker {
             tmp: Some(tmp),
             root,
@@ -394,6 +408,21 @@ impl Drop for Broker {
 /// the OS hands out for `:0` can be taken by any outgoing connection before the broker binds it
 /// (or binds it again after a restart), which made cluster tests fail with "Address already in
 /// use". Ports are handed out from a per-process starting point, each checked with a bind.
+/// Runs `strom ARGS` to completion and returns its stdout; panics with its stderr on failure.
+pub fn strom_output(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_strom"))
+        .args(args)
+        .output()
+        .expect("run strom");
+    assert!(
+        out.status.success(),
+        "strom {args:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     const LOW: u32 = 20_000;

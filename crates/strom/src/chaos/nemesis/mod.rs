@@ -3,7 +3,8 @@
 //! nemesis killing, pausing and restarting nodes (and with `--net` cutting links), one fault at
 //! a time, while consumer groups (classic and KIP-848) consume and commit. At the end
 //! everything is healed and checked: acknowledged records present exactly once, in order, at
-//! their acked offsets; nothing consumers saw vanished; replicas agree below the high
+//! their acked offsets (also after a node lost the tail of its segments or a partition
+//! directory and came back at once, `lost_data`); nothing consumers saw vanished; replicas agree below the high
 //! watermark; all acked records readable and the ISR full again within 60 s; no group skipped
 //! a record, lost or moved back a committed offset, or had a partition owned twice. With
 //! `--txn-producers`, transactional producers and read_committed consumers work on a topic of
@@ -13,12 +14,15 @@
 //! `groups` (the group members and the OffsetFetch sampler), `groups_checker` (properties of
 //! the groups' histories), `nemesis` (faults), `checker` (properties over histories),
 //! `replicas` (log agreement) and
-//! `netns` (the test network), `txn` and `txn_checker` (transactions); `unclean` is the known-unsafe scripted scenario of
-//! `--unsafe-unclean`, which must end in reported loss.
+//! `netns` (the test network), `txn` and `txn_checker` (transactions), `lost_data` (the
+//! lost-data fault); `unclean` is the known-unsafe scripted scenario of `--unsafe-unclean`, and
+//! `lost_data::run_unsafe` the one of `--unsafe-lost-data`, each of which must end in reported
+//! loss.
 
 mod checker;
 mod groups;
 mod groups_checker;
+mod lost_data;
 #[allow(clippy::module_inception)]
 mod nemesis;
 mod netns;
@@ -90,6 +94,13 @@ pub struct NemesisArgs {
     /// elected uncleanly. The run succeeds only if the checker reports the lost records.
     #[arg(long)]
     pub unsafe_unclean: bool,
+    /// Known-unsafe: the brokers trust a restarted broker whatever it lost
+    /// (`strom.unsafe.trust.restarted.brokers=true`: no broker-epoch checks, as Strom before
+    /// them); instead of the random schedule, partition 0's leader is killed, loses the tail of
+    /// its active segment (its unflushed page cache) and is restarted at once. The run
+    /// succeeds only if the checker reports the lost records.
+    #[arg(long)]
+    pub unsafe_lost_data: bool,
 }
 
 /// "120s", "2m", "500ms" or plain seconds.
@@ -124,9 +135,12 @@ pub async fn run(args: NemesisArgs) -> anyhow::Result<()> {
         if args.txn_size < 1 || !(0.0..=1.0).contains(&args.txn_abort_ratio) {
             bail!("--txn-size must be at least 1 and --txn-abort-ratio within 0..=1");
         }
-        if args.unsafe_unclean {
-            bail!("--unsafe-unclean is a scripted scenario without transactions");
+        if args.unsafe_unclean || args.unsafe_lost_data {
+            bail!("the --unsafe-* modes are scripted scenarios without transactions");
         }
+    }
+    if args.unsafe_unclean && args.unsafe_lost_data {
+        bail!("--unsafe-unclean and --unsafe-lost-data are two scenarios: pick one");
     }
     let seed = args.seed.unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
@@ -148,8 +162,8 @@ pub async fn run(args: NemesisArgs) -> anyhow::Result<()> {
 
 async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
     let start = Instant::now();
-    let unsafe_mode = args.unsafe_unclean;
-    let (replication, topic_configs) = if unsafe_mode {
+    let unsafe_mode = args.unsafe_unclean || args.unsafe_lost_data;
+    let (replication, topic_configs) = if args.unsafe_unclean {
         (2, unclean::topic_configs())
     } else {
         (
@@ -170,8 +184,10 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
     println!(
         "nemesis{}: seed {seed}, duration {} s, {} nodes{}, {} producers (idempotent, acks=all), \
          {} consumers, topic '{TOPIC}' {} partitions RF {replication} {}",
-        if unsafe_mode {
+        if args.unsafe_unclean {
             " (UNSAFE: unclean election)"
+        } else if args.unsafe_lost_data {
+            " (UNSAFE: restarted brokers trusted)"
         } else {
             ""
         },
@@ -203,7 +219,7 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         None
     };
     let dir = args.data_dir.join(format!("nemesis-{seed}"));
-    let set = [
+    let mut set = vec![
         "broker.session.timeout.ms=3000".to_string(),
         "broker.heartbeat.interval.ms=500".to_string(),
         "replica.lag.time.max.ms=4000".to_string(),
@@ -222,6 +238,12 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         "group.consumer.heartbeat.interval.ms=1000".to_string(),
         "group.consumer.min.heartbeat.interval.ms=500".to_string(),
     ];
+    if args.unsafe_lost_data {
+        set.push(format!(
+            "{}=true",
+            strom_broker::server::UNSAFE_TRUST_RESTARTED_BROKERS
+        ));
+    }
     let placement = lab.as_ref().map(|l| l.placement()).unwrap_or_default();
     let mut cluster = LocalCluster::start_placed(&dir, NODES, &set, placement)?;
     let probe = Probe {
@@ -229,7 +251,7 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         partitions: args.partitions,
         replicas: replication,
     };
-    workload::set_up_topic(&probe, NODES as usize, &topic_configs, unsafe_mode).await?;
+    workload::set_up_topic(&probe, NODES as usize, &topic_configs, args.unsafe_unclean).await?;
     if args.txn_producers > 0 {
         txn::set_up_topic(&probe.bootstrap, args.partitions, NODES as usize).await?;
     }
@@ -331,8 +353,10 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
     if txns.is_some() {
         nem.txn_ids = (0..args.txn_producers).map(txn::transactional_id).collect();
     }
-    let r = if unsafe_mode {
+    let r = if args.unsafe_unclean {
         unclean::run(&mut nem, &mut cluster, lab.as_mut(), &probe, &shared).await
+    } else if args.unsafe_lost_data {
+        lost_data::run_unsafe(&mut nem, &mut cluster, &probe, &shared).await
     } else {
         nem.run(
             &mut cluster,
@@ -634,17 +658,19 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
     if unsafe_mode {
         // The expected outcome of the unsafe setting is loss: finding none means the checker
         // (or the scenario) is blind, which is the failure here.
+        let what = if args.unsafe_unclean {
+            "unclean leader election"
+        } else {
+            "a leader that lost data and was trusted again"
+        };
         if lost == 0 {
             bail!(
-                "--unsafe-unclean: the checker reported no lost acknowledged records after an \
-                 unclean election; data dir {}",
+                "unsafe mode: the checker reported no lost acknowledged records after {what}; \
+                 data dir {}",
                 dir.display()
             );
         }
-        println!(
-            "unsafe mode: {lost} acknowledged records lost, as expected of unclean leader \
-             election"
-        );
+        println!("unsafe mode: {lost} acknowledged records lost, as expected of {what}");
     } else if total > 0 {
         bail!("{total} violation(s); data dir {}", dir.display());
     }

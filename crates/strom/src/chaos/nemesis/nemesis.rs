@@ -12,8 +12,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+use super::lost_data::{kill_lose_restart, Loss};
 use super::netns::{NetLab, CLIENTS};
-use super::workload::Probe;
+use super::txn::TXN_TOPIC;
+use super::workload::{Probe, TOPIC};
 use crate::chaos::cluster::LocalCluster;
 
 /// splitmix64: a tiny deterministic generator (the crate has no `rand` dependency).
@@ -67,6 +69,10 @@ pub enum Kind {
     KillTxnCoordinator,
     /// With transactions: SIGSTOP the transaction coordinator of a transactional producer.
     PauseTxnCoordinator,
+    /// SIGKILL the leader of a random partition, drop the tail of its active segments (its
+    /// unflushed page cache) or that partition's whole directory (a lost disk), restart it at
+    /// once (`lost_data`).
+    KillLoseData,
 }
 
 impl Kind {
@@ -82,6 +88,7 @@ impl Kind {
             Kind::CutFollower => "cut-follower",
             Kind::KillTxnCoordinator => "kill-txn-coordinator",
             Kind::PauseTxnCoordinator => "pause-txn-coordinator",
+            Kind::KillLoseData => "kill-lose-data",
         }
     }
 
@@ -102,6 +109,7 @@ impl Kind {
             Kind::KillController,
             Kind::Pause,
             Kind::PauseLeader,
+            Kind::KillLoseData,
         ];
         const ALL: &[Kind] = &[
             Kind::Kill,
@@ -112,6 +120,7 @@ impl Kind {
             Kind::IsolateLeader,
             Kind::Split,
             Kind::CutFollower,
+            Kind::KillLoseData,
         ];
         if net {
             ALL
@@ -126,6 +135,8 @@ enum Fault {
     Killed(i32),
     Paused(i32),
     Cut,
+    /// Killed and restarted already (the lost-data fault): nothing to heal.
+    Restarted(i32),
 }
 
 pub struct Nemesis {
@@ -189,6 +200,12 @@ impl Nemesis {
             let hold = self.rng.millis(2000, 6000);
             let pick_node = self.rng.range(1, nodes as u64) as i32;
             let pick_partition = self.rng.range(0, 1 << 16) as i32;
+            // Drawn only for the kind that uses it, so that the other kinds' schedules stay.
+            let loss = if kind == Kind::KillLoseData && self.rng.range(0, 1) == 1 {
+                Loss::PartitionDir
+            } else {
+                Loss::SegmentTail
+            };
             tokio::time::sleep(gap).await;
             if Instant::now() + hold >= until {
                 return Ok(());
@@ -201,6 +218,7 @@ impl Nemesis {
                     kind,
                     pick_node,
                     pick_partition,
+                    loss,
                 )
                 .await
             {
@@ -247,6 +265,7 @@ impl Nemesis {
         kind: Kind,
         pick_node: i32,
         pick_partition: i32,
+        loss: Loss,
     ) -> anyhow::Result<Option<Fault>> {
         let leader = || async {
             let leaders = probe.leaders().await.ok()?;
@@ -270,6 +289,21 @@ impl Nemesis {
                 self.log(&format!("SIGKILL node {l} (leader of partition {p})"));
                 cluster.procs.kill(l)?;
                 Some(Fault::Killed(l))
+            }
+            Kind::KillLoseData => {
+                let Some((p, l)) = leader().await else {
+                    self.log("kill-lose-data: no partition leader known; skipped");
+                    return Ok(None);
+                };
+                self.log(&format!(
+                    "SIGKILL node {l} (leader of partition {p}); it loses {}",
+                    match loss {
+                        Loss::SegmentTail => "the tail of its active segments",
+                        Loss::PartitionDir => "that partition's directory",
+                    }
+                ));
+                kill_lose_restart(self, cluster, l, loss, &[TOPIC, TXN_TOPIC], (TOPIC, p))?;
+                Some(Fault::Restarted(l))
             }
             Kind::KillController => {
                 let Some(c) = probe.active_controller().await else {
@@ -384,6 +418,10 @@ impl Nemesis {
             Fault::Cut => {
                 self.log("heal the network");
                 lab.context("network faults need --net")?.heal()
+            }
+            Fault::Restarted(n) => {
+                self.log(&format!("node {n} was restarted at once; nothing to heal"));
+                Ok(())
             }
         }
     }

@@ -121,8 +121,9 @@ public final class BrokerUnderTest implements AutoCloseable {
         if (kind == Kind.EXTERNAL) {
             throw new IllegalStateException("external broker");
         }
-        Files.createDirectories(dataDir);
         if (kind == Kind.STROM) {
+            // A data dir that does not exist yet is created and formatted by the server itself
+            // (a fresh node); an existing one must be formatted (`strom format`).
             List<String> cmd = new ArrayList<>(List.of(stromBin().toString(), "server",
                 "--listen", bootstrap, "--data-dir", dataDir.toString()));
             ProcessBuilder pb = new ProcessBuilder(cmd)
@@ -134,6 +135,7 @@ public final class BrokerUnderTest implements AutoCloseable {
             process = child.toHandle();
             LIVE.add(process);
         } else {
+            Files.createDirectories(dataDir);
             Path script = repoRoot().resolve("scripts/kafka-ref.sh");
             Process p = new ProcessBuilder(script.toString(), "start", String.valueOf(port), tmpDir.toString())
                 .redirectError(ProcessBuilder.Redirect.INHERIT)

@@ -119,9 +119,36 @@ public final class ClusterUnderTest implements AutoCloseable {
         return p != null && p.isAlive();
     }
 
+    /** One cluster id for every node, formatted in before the node's dir holds anything. */
+    private String clusterId;
+
+    /** {@code strom ARGS}, its output; fails unless it exits 0. */
+    private static String strom(String... args) throws IOException, InterruptedException {
+        List<String> cmd = new ArrayList<>();
+        cmd.add(BrokerUnderTest.stromBin().toString());
+        cmd.addAll(List.of(args));
+        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
+        String out = new String(p.getInputStream().readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+        if (p.waitFor() != 0) {
+            throw new IOException("strom " + String.join(" ", args) + " failed: " + out);
+        }
+        return out.trim();
+    }
+
     private void spawn(int id) throws IOException {
         Path dir = dataDir(id);
-        Files.createDirectories(dir);
+        if (!Files.exists(dir.resolve("meta.properties"))) {
+            try {
+                if (clusterId == null) {
+                    clusterId = strom("random-uuid");
+                }
+                strom("format", "--cluster-id", clusterId, "--node-id", String.valueOf(id),
+                    "--data-dir", dir.toString());
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new IOException(e);
+            }
+        }
         List<String> cmd = new ArrayList<>(List.of(
             BrokerUnderTest.stromBin().toString(), "server",
             "--node-id", String.valueOf(id),
