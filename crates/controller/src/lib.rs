@@ -14,10 +14,12 @@
 //! - [`topic_config`]: the topic-level configs, their defaults, types and validation.
 //! - [`names`]: Kafka's topic-name rules.
 //! - [`controller`]: request handling (create/delete topics, partitions, configs).
+//! - [`limits`]: how much one request may ask for (partitions, records), checked first.
 
 pub mod controller;
 pub mod delta;
 pub mod image;
+pub mod limits;
 pub mod log;
 pub mod names;
 pub mod record;
@@ -26,7 +28,8 @@ pub mod topic_config;
 
 pub use controller::log_dirs;
 pub use controller::{
-    ControllerError, CreateTopicSpec, ProducerIdBlock, QuorumController, PRODUCER_ID_BLOCK_SIZE,
+    ControllerError, CreatePartitionsSpec, CreateTopicSpec, ProducerIdBlock, QuorumController,
+    PRODUCER_ID_BLOCK_SIZE,
 };
 pub use delta::{LocalPartition, LocalReplicaChanges, MetadataDelta, RemovedTopic};
 pub use image::{BrokerInfo, MetadataImage, PartitionRegistration, TopicImage};
