@@ -270,7 +270,7 @@ impl ControllerChannel {
             {
                 match r {
                     Ok(_) => tracing::info!(topic = %spec.name, "auto-created topic"),
-                    Err(e) => tracing::debug!(topic = %spec.name, error = %e, "auto-create failed"),
+                    Err(e) => log_auto_create_failure(&spec.name, e.code(), &e.to_string()),
                 }
             }
             return;
@@ -300,7 +300,8 @@ impl ControllerChannel {
         match self.call(5, &req).await {
             Ok(resp) => {
                 for t in resp.topics {
-                    tracing::debug!(topic = %t.name.0.as_str(), code = t.error_code, "auto-create through the controller");
+                    let message = t.error_message.as_deref().unwrap_or_default();
+                    log_auto_create_failure(t.name.0.as_str(), t.error_code, message);
                 }
             }
             Err(e) => tracing::debug!(error = %e, "auto-create through the controller failed"),
@@ -315,6 +316,17 @@ impl ControllerChannel {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// A topic that could not be auto-created is logged as Kafka's `AutoTopicCreationManager`
+/// does (a warning: the client only sees the topic missing); losing a race to another creator
+/// is no failure.
+fn log_auto_create_failure(topic: &str, code: i16, message: &str) {
+    use strom_protocol::ErrorCode;
+    if code == 0 || code == ErrorCode::TopicAlreadyExists.code() {
+        return;
+    }
+    tracing::warn!(topic, code, message, "auto topic creation failed");
 }
 
 fn code_to_result(code: i16, leader: Option<i32>) -> Result<(), ControllerError> {

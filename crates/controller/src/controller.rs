@@ -13,10 +13,9 @@ use uuid::Uuid;
 use crate::cluster_control::BrokerHeartbeatManager;
 use crate::image::MetadataImage;
 use crate::log::MetadataLog;
-use crate::placement::{new_partition_record, place_partitions, validate_assignment};
 use crate::record::MetadataRecord;
 use crate::state::{MetadataState, RaftStateMachine};
-use crate::{names, topic_config};
+use crate::topic_config;
 use strom_protocol::ErrorCode;
 use strom_raft::{MetadataQuorum, QuorumConfig, QuorumError};
 
@@ -38,6 +37,9 @@ pub enum ControllerError {
     InvalidConfig(String),
     #[error("{0}")]
     InvalidRequest(String),
+    /// Beyond what one operation may ask of the controller ([`crate::limits`]).
+    #[error("{0}")]
+    PolicyViolation(String),
     #[error("This server does not host this topic-partition.")]
     UnknownTopicOrPartition,
     #[error("This server does not host this topic ID.")]
@@ -63,11 +65,23 @@ impl ControllerError {
             Self::InvalidReplicaAssignment(_) => ErrorCode::InvalidReplicaAssignment.code(),
             Self::InvalidConfig(_) => ErrorCode::InvalidConfig.code(),
             Self::InvalidRequest(_) => ErrorCode::InvalidRequest.code(),
+            Self::PolicyViolation(_) => ErrorCode::PolicyViolation.code(),
             Self::UnknownTopicOrPartition => ErrorCode::UnknownTopicOrPartition.code(),
             Self::UnknownTopicId => ErrorCode::UnknownTopicId.code(),
             Self::Io(_) => ErrorCode::UnknownServerError.code(),
             Self::NotController { .. } => ErrorCode::NotController.code(),
             Self::Code { code, .. } => *code,
+        }
+    }
+
+    /// The message a response carries with [`Self::code`]: none for the errors whose message
+    /// is their code's generic one, as Kafka's `ApiError.fromThrowable` leaves those null.
+    pub fn api_message(&self) -> Option<String> {
+        match self {
+            Self::UnknownTopicOrPartition | Self::UnknownTopicId | Self::NotController { .. } => {
+                None
+            }
+            other => Some(other.to_string()),
         }
     }
 }
@@ -91,6 +105,16 @@ pub struct CreatedTopic {
     pub num_partitions: i32,
     pub replication_factor: i16,
     pub configs: BTreeMap<String, String>,
+}
+
+/// One topic of a CreatePartitions request, already decoded from the wire.
+#[derive(Debug, Clone, Default)]
+pub struct CreatePartitionsSpec {
+    pub name: String,
+    /// The partition count the topic grows to.
+    pub count: i32,
+    /// The replicas of each new partition, in order; `None`: placed by the controller.
+    pub assignments: Option<Vec<Vec<i32>>>,
 }
 
 /// IncrementalAlterConfigs operations (`AlterConfigOp.OpType` wire values).
@@ -627,257 +651,6 @@ impl QuorumController {
         }
     }
 
-    pub async fn create_topics(
-        &self,
-        specs: &[CreateTopicSpec],
-        validate_only: bool,
-    ) -> Vec<Result<CreatedTopic, ControllerError>> {
-        let _op = self.op_lock.lock().await;
-        if let Err(e) = self.check_active() {
-            return specs.iter().map(|_| Err(e.clone())).collect();
-        }
-        let image = self.image();
-        let mut seen = HashSet::new();
-        let mut records = Vec::new();
-        let mut results = Vec::with_capacity(specs.len());
-        // Names created earlier in this same request count as existing for collision checks.
-        let mut pending: Vec<String> = Vec::new();
-        for spec in specs {
-            if !seen.insert(spec.name.clone()) {
-                results.push(Err(ControllerError::InvalidRequest(
-                    "Duplicate topic name.".into(),
-                )));
-                continue;
-            }
-            let r = self.plan_topic(&image, &pending, spec);
-            match r {
-                Ok((created, recs)) => {
-                    if !validate_only {
-                        records.extend(recs);
-                        pending.push(spec.name.clone());
-                    }
-                    results.push(Ok(created));
-                }
-                Err(e) => results.push(Err(e)),
-            }
-        }
-        if let Err(e) = self.commit(records).await {
-            return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
-        }
-        results
-    }
-
-    fn plan_topic(
-        &self,
-        image: &MetadataImage,
-        pending: &[String],
-        spec: &CreateTopicSpec,
-    ) -> Result<(CreatedTopic, Vec<MetadataRecord>), ControllerError> {
-        let name = &spec.name;
-        names::validate(name).map_err(ControllerError::InvalidTopic)?;
-        // Only the metadata topic (Kafka's `ControllerApis.createTopics`): the group and
-        // transaction topics are created through here on first use, and may be by an admin.
-        if name == names::METADATA_TOPIC {
-            return Err(ControllerError::InvalidRequest(format!(
-                "Creation of internal topic {name} is prohibited."
-            )));
-        }
-        if image.topics.contains_key(name) || pending.contains(name) {
-            return Err(ControllerError::TopicAlreadyExists(format!(
-                "Topic '{name}' already exists."
-            )));
-        }
-        let unified = names::unify_collision_chars(name);
-        if let Some(other) = image
-            .topics
-            .keys()
-            .chain(pending.iter())
-            .find(|t| names::unify_collision_chars(t) == unified)
-        {
-            return Err(ControllerError::InvalidTopic(format!(
-                "Topic '{name}' collides with existing topic: {other}"
-            )));
-        }
-        let mut configs = BTreeMap::new();
-        for (k, v) in &spec.configs {
-            let Some(v) = v else {
-                return Err(ControllerError::InvalidConfig(format!(
-                    "Null value not supported for topic configs: {k}"
-                )));
-            };
-            topic_config::validate_for_topic(name, k, v).map_err(ControllerError::InvalidConfig)?;
-            configs.insert(k.clone(), v.clone());
-        }
-        self.validate_topic_values(&configs)?;
-        let assignment = if spec.assignments.is_empty() {
-            let rf =
-                match spec.replication_factor {
-                    -1 => self.defaults.replication_factor,
-                    n if n <= 0 => return Err(ControllerError::InvalidReplicationFactor(
-                        "Replication factor must be larger than 0, or -1 to use the default value."
-                            .into(),
-                    )),
-                    n => n,
-                };
-            let partitions = match spec.num_partitions {
-                -1 => self.defaults.num_partitions,
-                n if n <= 0 => {
-                    return Err(ControllerError::InvalidPartitions(
-                        "Number of partitions was set to an invalid non-positive value.".into(),
-                    ))
-                }
-                n => n,
-            };
-            place_partitions(image, partitions, rf as usize, 0).map_err(|e| {
-                ControllerError::InvalidReplicationFactor(format!(
-                    "Unable to replicate the partition {rf} time(s): {e}"
-                ))
-            })?
-        } else {
-            if spec.num_partitions != -1 || spec.replication_factor != -1 {
-                return Err(ControllerError::InvalidRequest(
-                    "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into(),
-                ));
-            }
-            validate_assignment(image, &spec.assignments, 0, None)?
-        };
-        let topic_id = Uuid::new_v4();
-        let mut records = vec![MetadataRecord::Topic {
-            name: name.clone(),
-            topic_id,
-        }];
-        for (k, v) in &configs {
-            records.push(MetadataRecord::TopicConfig {
-                topic: name.clone(),
-                name: k.clone(),
-                value: Some(v.clone()),
-            });
-        }
-        for (p, replicas) in assignment.iter().enumerate() {
-            records.push(partition_record(
-                image,
-                topic_id,
-                p as i32,
-                replicas.clone(),
-            )?);
-        }
-        Ok((
-            CreatedTopic {
-                topic_id,
-                num_partitions: assignment.len() as i32,
-                replication_factor: assignment.first().map_or(0, |r| r.len() as i16),
-                configs,
-            },
-            records,
-        ))
-    }
-
-    /// Deletes topics named by name or id. Each result carries the resolved `(name, id)`.
-    pub async fn delete_topics(
-        &self,
-        topics: &[(Option<String>, Option<Uuid>)],
-    ) -> Vec<Result<(String, Uuid), ControllerError>> {
-        let _op = self.op_lock.lock().await;
-        if let Err(e) = self.check_active() {
-            return topics.iter().map(|_| Err(e.clone())).collect();
-        }
-        let image = self.image();
-        let mut records = Vec::new();
-        let mut results = Vec::new();
-        let mut seen = HashSet::new();
-        for (name, id) in topics {
-            let found = match (name, id) {
-                (Some(n), _) => image
-                    .topic(n)
-                    .map(|t| (t.name.clone(), t.id))
-                    .ok_or(ControllerError::UnknownTopicOrPartition),
-                (None, Some(id)) => image
-                    .topic_by_id(id)
-                    .map(|t| (t.name.clone(), t.id))
-                    .ok_or(ControllerError::UnknownTopicId),
-                (None, None) => Err(ControllerError::InvalidRequest(
-                    "Neither topic name nor id was given.".into(),
-                )),
-            };
-            let r = found.and_then(|(n, id)| {
-                if names::is_internal(&n) {
-                    Err(ControllerError::InvalidRequest(format!(
-                        "Deletion of internal topic {n} is prohibited."
-                    )))
-                } else if !seen.insert(id) {
-                    Err(ControllerError::InvalidRequest(
-                        "Duplicate topic name.".into(),
-                    ))
-                } else {
-                    records.push(MetadataRecord::RemoveTopic { topic_id: id });
-                    Ok((n, id))
-                }
-            });
-            results.push(r);
-        }
-        if let Err(e) = self.commit(records).await {
-            return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
-        }
-        results
-    }
-
-    /// CreatePartitions: grows `topic` to `count` partitions.
-    pub async fn create_partitions(
-        &self,
-        topic: &str,
-        count: i32,
-        assignments: Option<Vec<Vec<i32>>>,
-        validate_only: bool,
-    ) -> Result<(), ControllerError> {
-        let _op = self.op_lock.lock().await;
-        self.check_active()?;
-        let image = self.image();
-        let t = image
-            .topic(topic)
-            .ok_or(ControllerError::UnknownTopicOrPartition)?
-            .clone();
-        let current = t.partitions.len() as i32;
-        if count < current {
-            return Err(ControllerError::InvalidPartitions(format!(
-                "The topic {topic} currently has {current} partition(s); {count} would not be an increase."
-            )));
-        }
-        if count == current {
-            return Err(ControllerError::InvalidPartitions(format!(
-                "Topic already has {current} partition(s)."
-            )));
-        }
-        let new = count - current;
-        let rf = t.partitions.values().next().map_or(1, |p| p.replicas.len());
-        let plan = match assignments {
-            Some(a) => {
-                if a.len() as i32 != new {
-                    return Err(ControllerError::InvalidReplicaAssignment(format!(
-                        "Attempted to add {new} additional partition(s), but only {} assignment(s) were specified.",
-                        a.len()
-                    )));
-                }
-                let indexed: Vec<(i32, Vec<i32>)> = a
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, r)| (current + i as i32, r))
-                    .collect();
-                validate_assignment(&image, &indexed, current, Some(rf))?
-            }
-            None => place_partitions(&image, new, rf, current)
-                .map_err(ControllerError::InvalidReplicationFactor)?,
-        };
-        if validate_only {
-            return Ok(());
-        }
-        let records = plan
-            .into_iter()
-            .enumerate()
-            .map(|(i, replicas)| partition_record(&image, t.id, current + i as i32, replicas))
-            .collect::<Result<_, _>>()?;
-        self.commit(records).await
-    }
-
     /// Hands `broker_id` the next block of [`PRODUCER_ID_BLOCK_SIZE`] producer ids (Kafka's
     /// AllocateProducerIds, KIP-730). The block is durable before it is returned, so no id is
     /// ever issued twice, across restarts and brokers.
@@ -1038,22 +811,8 @@ impl QuorumController {
     }
 }
 
-/// A new partition's record, led by its first live replica. Placement and validation only hand
-/// out replica sets with one, so the error is a guard, answered as Kafka does for an ISR that
-/// would be empty.
-fn partition_record(
-    image: &MetadataImage,
-    topic_id: Uuid,
-    partition: i32,
-    replicas: Vec<i32>,
-) -> Result<MetadataRecord, ControllerError> {
-    let rf = replicas.len();
-    new_partition_record(image, topic_id, partition, replicas).ok_or_else(|| {
-        ControllerError::InvalidReplicationFactor(format!(
-            "Unable to replicate the partition {rf} time(s): All brokers are currently fenced or in controlled shutdown."
-        ))
-    })
-}
+#[path = "topics.rs"]
+mod topics;
 
 #[path = "broker_lifecycle.rs"]
 mod broker_lifecycle;

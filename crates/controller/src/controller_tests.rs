@@ -95,9 +95,11 @@ fn create_errors_follow_kafka() {
         }),
         39
     );
+    // A name given twice is refused each time (Kafka's `ControllerApis.createTopics`).
     let dup = block(c.create_topics(&[spec("d", 1), spec("d", 1)], false));
-    assert!(dup[0].is_ok());
+    assert_eq!(dup[0].clone().unwrap_err().code(), 42);
     assert_eq!(dup[1].clone().unwrap_err().code(), 42);
+    assert!(c.image().topic("d").is_none());
 }
 
 #[test]

@@ -18,6 +18,7 @@
 //! - [`names`]: Kafka's topic-name rules.
 //! - [`controller`]: request handling (create/delete topics, partitions, configs), broker
 //!   registration, heartbeats and fencing.
+//! - [`limits`]: how much one request may ask for (partitions, records), checked first.
 //! - [`broker_registration`]: Kafka's registration rules: incarnations, broker epochs (the
 //!   offset of the registration record), DUPLICATE_BROKER_REGISTRATION, an unclean
 //!   shutdown taking the broker out of every ISR.
@@ -28,6 +29,7 @@ pub mod broker_registration;
 pub mod controller;
 pub mod delta;
 pub mod image;
+pub mod limits;
 pub mod log;
 pub mod names;
 pub mod record;
@@ -37,7 +39,8 @@ pub mod topic_config;
 pub use broker_registration::BrokerRegistration;
 pub use controller::log_dirs;
 pub use controller::{
-    ControllerError, CreateTopicSpec, HeartbeatReply, ProducerIdBlock, QuorumController,
+    ControllerError, CreatePartitionsSpec, CreateTopicSpec, HeartbeatReply, ProducerIdBlock,
+    QuorumController,
     PRODUCER_ID_BLOCK_SIZE,
 };
 pub use delta::{LocalPartition, LocalReplicaChanges, MetadataDelta, RemovedTopic};

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use strom_controller::{ControllerError, CreateTopicSpec};
+use strom_controller::limits::{self, RequestedTopic};
+use strom_controller::{ControllerError, CreatePartitionsSpec, CreateTopicSpec};
 use strom_protocol::kafka::messages::create_partitions_response::CreatePartitionsTopicResult;
 use strom_protocol::kafka::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
@@ -19,6 +20,30 @@ pub async fn create_topics(
     req: CreateTopicsRequest,
     version: i16,
 ) -> CreateTopicsResponse {
+    // A request over the partition bound is answered before its topics are copied; the
+    // controller checks again (auto-creation reaches it without this handler).
+    let requested = req.topics.iter().map(|t| RequestedTopic {
+        name: t.name.0.as_str(),
+        num_partitions: t.num_partitions,
+        assignments: t.assignments.len(),
+    });
+    if let Err(e) =
+        limits::check_create_topics(requested, broker.controller.defaults().num_partitions)
+    {
+        let topics = req
+            .topics
+            .into_iter()
+            .map(|t| {
+                CreatableTopicResult::default()
+                    .with_name(t.name)
+                    .with_error_code(e.code())
+                    .with_error_message(Some(str_bytes(&e.to_string())))
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1)
+            })
+            .collect();
+        return CreateTopicsResponse::default().with_topics(topics);
+    }
     let specs: Vec<CreateTopicSpec> = req
         .topics
         .iter()
@@ -49,10 +74,13 @@ pub async fn create_topics(
         .await;
     // Answer once this broker applied the new topics, so the client can use them at once.
     broker.sync_metadata().await;
+    // A name given twice is refused, and answered once (Kafka's `ControllerApis.createTopics`).
+    let mut answered = std::collections::HashSet::new();
     let topics = req
         .topics
         .into_iter()
         .zip(results)
+        .filter(|(t, _)| answered.insert(t.name.0.clone()))
         .map(|(t, r)| {
             let failed = match &r {
                 Ok(_) if !req.validate_only => offline_here(broker, &t.name.0),
@@ -108,7 +136,7 @@ pub async fn create_topics(
                 }
                 Err(e) => res
                     .with_error_code(e.code())
-                    .with_error_message(Some(str_bytes(&e.to_string())))
+                    .with_error_message(e.api_message().map(|m| str_bytes(&m)))
                     .with_num_partitions(-1)
                     .with_replication_factor(-1),
             }
@@ -192,44 +220,67 @@ pub async fn create_partitions(
     broker: &Arc<Broker>,
     req: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
-    let mut results = Vec::with_capacity(req.topics.len());
+    let image = broker.image();
+    // The partitions each topic had, to report the new ones this node could not open.
+    let before: Vec<i32> = req
+        .topics
+        .iter()
+        .map(|t| {
+            image
+                .topic(t.name.0.as_str())
+                .map_or(0, |t| t.partitions.len() as i32)
+        })
+        .collect();
+    let mut names = Vec::with_capacity(req.topics.len());
+    let mut specs = Vec::with_capacity(req.topics.len());
     for t in req.topics {
-        let assignments = t.assignments.map(|a| {
-            a.into_iter()
-                .map(|x| x.broker_ids.into_iter().map(|b| b.0).collect())
-                .collect()
+        specs.push(CreatePartitionsSpec {
+            name: t.name.0.to_string(),
+            count: t.count,
+            assignments: t.assignments.map(|a| {
+                a.into_iter()
+                    .map(|x| x.broker_ids.into_iter().map(|b| b.0).collect())
+                    .collect()
+            }),
         });
-        let before = broker
-            .image()
-            .topic(t.name.0.as_str())
-            .map_or(0, |t| t.partitions.len() as i32);
-        let r = broker
-            .controller
-            .create_partitions(t.name.0.as_str(), t.count, assignments, req.validate_only)
-            .await;
-        broker.sync_metadata().await;
-        // As CreateTopics: new partitions this node could not open are reported.
-        let failed: Vec<i32> = match &r {
-            Ok(()) if !req.validate_only => offline_here(broker, t.name.0.as_str())
-                .into_iter()
-                .filter(|&p| p >= before)
-                .collect(),
-            _ => Vec::new(),
-        };
-        let res = CreatePartitionsTopicResult::default().with_name(t.name);
-        results.push(match r {
-            Ok(()) if !failed.is_empty() => res
-                .with_error_code(ErrorCode::KafkaStorageError.code())
-                .with_error_message(Some(str_bytes(&format!(
-                    "The logs of partitions {failed:?} could not be created on broker {}; \
-                     those replicas are offline",
-                    broker.config.node_id
-                )))),
-            Ok(()) => res,
-            Err(e) => res
-                .with_error_code(e.code())
-                .with_error_message(Some(str_bytes(&e.to_string()))),
-        });
+        names.push(t.name);
     }
+    let results = broker
+        .controller
+        .create_partitions_batch(&specs, req.validate_only)
+        .await;
+    broker.sync_metadata().await;
+    // A name given twice is refused, and answered once (Kafka's `ControllerApis.createPartitions`).
+    let mut answered = std::collections::HashSet::new();
+    let results = names
+        .into_iter()
+        .zip(results)
+        .zip(before)
+        .filter(|((name, _), _)| answered.insert(name.0.clone()))
+        .map(|((name, r), before)| {
+            // As CreateTopics: new partitions this node could not open are reported.
+            let failed: Vec<i32> = match &r {
+                Ok(()) if !req.validate_only => offline_here(broker, name.0.as_str())
+                    .into_iter()
+                    .filter(|&p| p >= before)
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let res = CreatePartitionsTopicResult::default().with_name(name);
+            match r {
+                Ok(()) if !failed.is_empty() => res
+                    .with_error_code(ErrorCode::KafkaStorageError.code())
+                    .with_error_message(Some(str_bytes(&format!(
+                        "The logs of partitions {failed:?} could not be created on broker {}; \
+                         those replicas are offline",
+                        broker.config.node_id
+                    )))),
+                Ok(()) => res,
+                Err(e) => res
+                    .with_error_code(e.code())
+                    .with_error_message(e.api_message().map(|m| str_bytes(&m))),
+            }
+        })
+        .collect();
     CreatePartitionsResponse::default().with_results(results)
 }
