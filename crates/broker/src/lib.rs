@@ -28,6 +28,7 @@ pub mod purgatory;
 pub mod replica_manager;
 pub mod replication;
 pub mod request_context;
+pub mod request_limits;
 pub mod server;
 pub mod txn_verification;
 

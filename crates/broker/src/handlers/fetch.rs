@@ -32,15 +32,16 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
     } else {
         FetchIsolation::HighWatermark
     };
+    // Kafka's `handleFetchRequest`: the request's limit capped by `fetch.max.bytes` (followers
+    // too; their own cap is the `replica.fetch.response.max.bytes` they send), and `min_bytes`
+    // by that. Strom has no fetch quotas, so no quota window caps it further. 0 or a negative
+    // limit is not "unlimited": see `ReplicaManager::read_from_log`.
+    let max_bytes = req.max_bytes.min(broker.config.limits.fetch_max_bytes);
     let params = FetchParams {
         replica_id,
         max_wait: Duration::from_millis(req.max_wait_ms.max(0) as u64),
-        min_bytes: req.min_bytes.max(0) as usize,
-        max_bytes: if req.max_bytes > 0 {
-            req.max_bytes as usize
-        } else {
-            usize::MAX
-        },
+        min_bytes: req.min_bytes.min(max_bytes),
+        max_bytes,
         isolation,
         fetch_only_leader: true,
     };
@@ -70,7 +71,7 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
                     last_fetched_epoch: (version >= 12 && fp.last_fetched_epoch >= 0)
                         .then_some(fp.last_fetched_epoch),
                     log_start_offset: fp.log_start_offset,
-                    max_bytes: fp.partition_max_bytes.max(0) as usize,
+                    max_bytes: fp.partition_max_bytes,
                 },
             });
         }

@@ -37,7 +37,8 @@ pub struct PartitionFetch {
     pub last_fetched_epoch: Option<i32>,
     /// A follower's log start offset (-1 from consumers).
     pub log_start_offset: i64,
-    pub max_bytes: usize,
+    /// The request's `partition_max_bytes`, as sent (Kafka fails a read with a negative size).
+    pub max_bytes: i32,
 }
 
 /// What a read returns (Kafka's `LogReadInfo`): the records, or where a follower's log
@@ -131,14 +132,16 @@ impl Partition {
     /// Kafka's `fetchRecords`: checks leadership and the fetcher's epoch, reads, and for a
     /// follower (`replica_id`) records its fetch, unless its log diverges. A replica that is not
     /// in the assignment gets UNKNOWN_LEADER_EPOCH when it sent an epoch, else
-    /// NOT_LEADER_OR_FOLLOWER.
+    /// NOT_LEADER_OR_FOLLOWER. A negative `max_bytes` (what is left of a negative response
+    /// limit) fails the read when there is something to read, as Kafka's `LogSegment.read`
+    /// refuses a negative size; at or past the readable end the answer is empty.
     #[allow(clippy::too_many_arguments)]
     pub fn fetch_records(
         &self,
         replica_id: Option<i32>,
         isolation: FetchIsolation,
         fetch: &PartitionFetch,
-        max_bytes: usize,
+        max_bytes: i32,
         min_one_message: bool,
         fetch_only_leader: bool,
         now_ms: i64,
@@ -167,9 +170,14 @@ impl Partition {
             match planned {
                 LocalRead::Done(info) => info,
                 LocalRead::Read { at, max_offset } => {
+                    if max_bytes < 0
+                        && (at.log_start_offset..max_offset).contains(&fetch.fetch_offset)
+                    {
+                        return Err(PartitionError::InvalidMaxSize(max_bytes));
+                    }
                     let data = self.read_records(
                         fetch.fetch_offset,
-                        max_bytes,
+                        max_bytes.max(0) as usize,
                         max_offset,
                         min_one_message,
                         isolation == FetchIsolation::TxnCommitted,
