@@ -79,6 +79,8 @@ pub struct Broker {
     /// Requests being handled, so that shutdown closes the logs only after the last of them
     /// (no append after the clean-shutdown marker).
     pub(crate) in_flight: crate::connection::InFlight,
+    /// `queued.max.requests` and `queued.max.request.bytes` across the connections.
+    pub(crate) request_queue: crate::request_queue::RequestQueue,
 }
 
 impl Broker {
@@ -411,6 +413,7 @@ impl Server {
             cluster_id = %cluster_id,
             "strom broker started"
         );
+        let request_queue = crate::request_queue::RequestQueue::new(&config.limits);
         let broker = Arc::new(Broker {
             producer_ids,
             channel,
@@ -425,6 +428,7 @@ impl Server {
             transaction_coordinator,
             add_partitions_to_txn_manager,
             in_flight: crate::connection::InFlight::default(),
+            request_queue,
         });
         // Kafka connections on the controller listener wait for this.
         let _ = broker_tx.send(Some(broker.clone()));

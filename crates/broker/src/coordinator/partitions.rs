@@ -262,7 +262,10 @@ impl CoordinatorLoader for CoordinatorPartitions {
                     crate::now_ms(),
                 )
                 .map_err(|e| self.refused(&partition, e))?;
-            let mut buf = info.records;
+            let mut buf = info
+                .records
+                .read_all()
+                .map_err(|e| self.refused(&partition, e.into()))?;
             if buf.is_empty() {
                 return Err(corrupt(tp, offset, "no batch below the log end"));
             }

@@ -3,9 +3,8 @@
 //! check, and the read itself, which goes through [`Partition::read_records`] only, so that it
 //! can move to a lock-free log reader in one place.
 
-use bytes::Bytes;
 use strom_storage::txn_index::AbortedTxn;
-use strom_storage::{FetchDataInfo, StorageError};
+use strom_storage::{FileFetchDataInfo, FileRecords, StorageError};
 
 use super::{LocalLog, Partition, PartitionError, PartitionState, Role};
 
@@ -47,7 +46,9 @@ pub struct PartitionFetch {
 /// follower out of sync.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogReadInfo {
-    pub records: Bytes,
+    /// Not read yet: ranges of segment files (a fetch response sends them from the files;
+    /// [`FileRecords::read_all`] reads them into memory).
+    pub records: FileRecords,
     pub diverging_epoch: Option<EpochEndOffset>,
     pub high_watermark: i64,
     /// The last stable offset: the HW until transactions exist, kept apart for them.
@@ -88,7 +89,11 @@ impl LogOffsetSnapshot {
     }
 
     /// A fetch answer with these offsets.
-    fn read_info(&self, records: Bytes, diverging_epoch: Option<EpochEndOffset>) -> LogReadInfo {
+    fn read_info(
+        &self,
+        records: FileRecords,
+        diverging_epoch: Option<EpochEndOffset>,
+    ) -> LogReadInfo {
         LogReadInfo {
             records,
             diverging_epoch,
@@ -230,7 +235,7 @@ impl Partition {
             }
             if epoch < last_fetched || end < fetch.fetch_offset {
                 return Ok(LocalRead::Done(at.read_info(
-                    Bytes::new(),
+                    FileRecords::default(),
                     Some(EpochEndOffset {
                         epoch,
                         end_offset: end,
@@ -245,7 +250,8 @@ impl Partition {
     }
 
     /// The one place the log is read for a fetch: whole batches from `fetch_offset`, none with a
-    /// base offset at or past `max_offset`, through the lock-free [`strom_storage::LogReader`];
+    /// base offset at or past `max_offset`, through the lock-free [`strom_storage::LogReader`],
+    /// as file ranges (only batch headers are read here);
     /// with `include_aborted` (read_committed, `max_offset` the LSO) also the aborted
     /// transactions overlapping them.
     fn read_records(
@@ -255,8 +261,8 @@ impl Partition {
         max_offset: i64,
         min_one_message: bool,
         include_aborted: bool,
-    ) -> Result<FetchDataInfo, StorageError> {
-        self.reader.read_isolated(
+    ) -> Result<FileFetchDataInfo, StorageError> {
+        self.reader.read_file_records(
             fetch_offset,
             max_bytes,
             max_offset,

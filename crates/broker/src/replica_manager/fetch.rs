@@ -11,7 +11,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use parking_lot::Mutex;
 use strom_protocol::ErrorCode;
 use tokio::sync::oneshot;
@@ -60,7 +59,8 @@ pub struct FetchPartitionData {
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
-    pub records: Bytes,
+    /// Not read yet: the connection sends them from the segment files.
+    pub records: strom_storage::FileRecords,
     pub diverging_epoch: Option<EpochEndOffset>,
     /// read_committed: the aborted transactions overlapping `records`.
     pub aborted_transactions: Option<Vec<strom_storage::txn_index::AbortedTxn>>,
@@ -73,7 +73,7 @@ impl FetchPartitionData {
             high_watermark: -1,
             last_stable_offset: -1,
             log_start_offset: -1,
-            records: Bytes::new(),
+            records: Default::default(),
             diverging_epoch: None,
             aborted_transactions: None,
         }
@@ -121,6 +121,8 @@ impl ReplicaManager {
             self.delayed()
                 .fetch
                 .try_complete_else_watch(op, deadline - now, &keys);
+            // Parked: the request no longer takes a slot of `queued.max.requests`.
+            crate::request_queue::parked();
             let expired = rx.await.unwrap_or(true);
             if expired {
                 // Kafka's onComplete at the timeout: whatever there is now.
