@@ -194,6 +194,8 @@ pub struct BrokerConfig {
     /// 4.4 cluster's). Strom has no feature records: the property stands for the level the
     /// cluster finalized, and every node must be given the same.
     pub transaction_version: i16,
+    /// `fetch.max.bytes`, `queued.max.requests` and the other bounds on request memory.
+    pub limits: crate::request_limits::RequestLimits,
 }
 
 /// Parses `1@host:port,2@host:port,...` (Kafka's `controller.quorum.voters`).
@@ -446,6 +448,10 @@ impl BrokerConfig {
             )?,
             request_timeout_ms: parse(&props, "request.timeout.ms", 30_000)?,
             transaction_version: transaction_version(&props)?,
+            limits: crate::request_limits::RequestLimits::from_props(
+                &props,
+                parse(&props, "socket.request.max.bytes", 104_857_600)?,
+            )?,
             cleaner: crate::log_cleaner::CleanerConfig::from_props(&props)?,
             props,
         };
@@ -607,6 +613,7 @@ fn log_unused(props: &BTreeMap<String, String>) {
         .map(String::as_str)
         .filter(|key| {
             !(KNOWN_BROKER_KEYS.contains(key)
+                || crate::request_limits::KEYS.contains(key)
                 || topic_config::TOPIC_CONFIGS
                     .iter()
                     .any(|d| d.broker_key == *key)

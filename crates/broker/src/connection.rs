@@ -1,6 +1,7 @@
-//! One task per client connection. Requests are read, handled and answered in order on this
-//! task, as Kafka does by muting a socket while its request is in flight. A malformed frame, an
-//! unknown API or an undecodable request closes the connection; nothing else is affected.
+//! One task per client connection. Requests are read, handled and answered one at a time on
+//! this task, as Kafka does by muting a socket while its request is in flight: a response is
+//! written in full before the next request is handled. A malformed frame, an unknown API or an
+//! undecodable request closes the connection; nothing else is affected.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -10,13 +11,15 @@ use bytes::{Buf, Bytes, BytesMut};
 use strom_protocol::frame;
 use strom_protocol::kafka::messages::{ApiKey, ApiVersionsRequest, RequestHeader};
 use strom_protocol::kafka::protocol::Decodable;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::config::BrokerConfig;
-use crate::handlers::{self, HandleError};
+use crate::handlers::{self, registry::HandlerResult};
 use crate::request_context::{ClientInformation, KafkaPrincipal, ListenerInfo, RequestContext};
+use crate::request_queue::{PoolLease, RequestQueue};
+use crate::response;
 use crate::server::Broker;
 
 const READ_CHUNK: usize = 256 * 1024;
@@ -203,19 +206,22 @@ fn valid_software_field(s: &str) -> bool {
 
 /// Where a connection's requests go: the broker's handlers on a broker listener; on the
 /// controller listener Raft first (served from start-up on, before the broker exists), then
-/// the broker's handlers (`controller_listener.rs`). Every listener's connections share this
-/// loop: its frame bound, idle timeout and in-flight accounting.
+/// the broker's handlers (`controller_listener.rs`). Every listener's connections share one
+/// loop ([`serve_stream`]): its frame bound, idle timeout, request queue and in-flight
+/// accounting.
 pub trait Dispatch: Send + Sync + 'static {
     fn config(&self) -> &BrokerConfig;
     /// Where the requests being handled are counted, for shutdown.
     fn in_flight(&self) -> &InFlight;
+    /// `queued.max.requests` and `queued.max.request.bytes` of the listener's connections.
+    fn request_queue(&self) -> &RequestQueue;
     /// Handles one request frame (without its size prefix). `Ok(None)`: no response is due;
     /// an error closes the connection.
     fn handle<'a>(
         &'a self,
         conn: &'a mut ConnectionInfo,
         payload: Bytes,
-    ) -> impl Future<Output = Result<Option<BytesMut>, HandleError>> + Send + 'a;
+    ) -> impl Future<Output = HandlerResult> + Send + 'a;
 }
 
 impl Dispatch for Arc<Broker> {
@@ -227,75 +233,112 @@ impl Dispatch for Arc<Broker> {
         &self.in_flight
     }
 
+    fn request_queue(&self) -> &RequestQueue {
+        &self.request_queue
+    }
+
     fn handle<'a>(
         &'a self,
         conn: &'a mut ConnectionInfo,
         payload: Bytes,
-    ) -> impl Future<Output = Result<Option<BytesMut>, HandleError>> + Send + 'a {
+    ) -> impl Future<Output = HandlerResult> + Send + 'a {
         handlers::handle(self, conn, payload)
     }
 }
 
-/// Serves one Kafka connection.
+/// Serves one Kafka connection over TCP.
 pub async fn serve<D: Dispatch>(
     dispatch: D,
-    mut stream: TcpStream,
+    stream: TcpStream,
+    conn: ConnectionInfo,
+    stop: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    serve_stream(dispatch, stream, conn, stop).await
+}
+
+/// The connection loop, over any byte stream (a TLS stream can take the `TcpStream`'s place).
+/// One request at a time, as Kafka mutes a channel while its request is in flight: a frame is
+/// handled and its response written in full before the next frame is looked at, so however
+/// many requests a client pipelines, at most one response per connection is ever held, and
+/// that one holds its records as file ranges ([`crate::response`]). Bytes read ahead stay in
+/// the read buffer (one read chunk, or one frame of up to `socket.request.max.bytes`).
+pub async fn serve_stream<D: Dispatch, S: AsyncRead + AsyncWrite + Unpin>(
+    dispatch: D,
+    mut stream: S,
     mut conn: ConnectionInfo,
     mut stop: watch::Receiver<bool>,
 ) {
-    let _ = stream.set_nodelay(true);
     let peer = conn.peer;
     let max = dispatch.config().socket_request_max_bytes;
     let idle = std::time::Duration::from_millis(dispatch.config().connections_max_idle_ms.max(1));
+    let queue = dispatch.request_queue();
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
-    let mut out = BytesMut::new();
+    // `queued.max.request.bytes`: the memory of the frame at the head of `buf`, taken once its
+    // size is known and given back when its request is handled.
+    let mut memory: Option<PoolLease> = None;
     loop {
-        // Handle every complete frame already buffered, then write their responses together.
-        loop {
-            match frame::check(&buf, max) {
-                Ok(Some(n)) => {
-                    buf.advance(4);
-                    let payload = buf.split_to(n).freeze();
-                    dispatch.in_flight().enter();
-                    if *stop.borrow() {
-                        // Shutting down: the logs may be closing; take no new request.
-                        dispatch.in_flight().leave();
-                        let _ = stream.write_all(&out).await;
-                        return;
-                    }
-                    let r = dispatch.handle(&mut conn, payload).await;
+        match frame::check(&buf, max) {
+            Ok(Some(n)) => {
+                let lease = match memory.take() {
+                    Some(lease) => Some(lease),
+                    None => tokio::select! {
+                        m = queue.memory(4 + n) => m,
+                        _ = stop.changed() => return,
+                    },
+                };
+                // `queued.max.requests`: wait for a slot, reading nothing meanwhile.
+                let slot = tokio::select! {
+                    s = queue.slot() => s,
+                    _ = stop.changed() => return,
+                };
+                let Some(slot) = slot else { return };
+                buf.advance(4);
+                let payload = buf.split_to(n).freeze();
+                dispatch.in_flight().enter();
+                if *stop.borrow() {
+                    // Shutting down: the logs may be closing; take no new request.
                     dispatch.in_flight().leave();
-                    match r {
-                        // The common case is one response per read: hand its buffer over
-                        // instead of copying it (a fetch response is mostly record bytes).
-                        Ok(Some(resp)) if out.is_empty() => out = resp,
-                        Ok(Some(resp)) => out.extend_from_slice(&resp),
-                        Ok(None) => {}
-                        Err(e) => {
-                            tracing::debug!(%peer, error = %e, "closing connection");
-                            let _ = stream.write_all(&out).await;
+                    return;
+                }
+                let r =
+                    RequestQueue::run_in_slot(slot, dispatch.handle(&mut conn, payload))
+                        .await;
+                dispatch.in_flight().leave();
+                // The request's bytes are dropped with its handler: its memory goes back.
+                drop(lease);
+                match r {
+                    Ok(Some(resp)) => {
+                        let written = tokio::select! {
+                            r = response::write_response(&mut stream, &resp, idle) => r,
+                            _ = stop.changed() => return,
+                        };
+                        if let Err(e) = written {
+                            tracing::debug!(%peer, error = %e, "closing connection: response not written");
                             return;
                         }
                     }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "closing connection");
+                        return;
+                    }
                 }
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::info!(%peer, error = %e, "closing connection: bad frame");
-                    let _ = stream.write_all(&out).await;
-                    return;
-                }
+                continue;
             }
-        }
-        if !out.is_empty() {
-            if stream.write_all(&out).await.is_err() {
+            Ok(None) if memory.is_none() && buf.len() >= 4 => {
+                // The size is known (and within `socket.request.max.bytes`): its memory
+                // before its body, as Kafka allocates the receive buffer.
+                let size = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+                memory = tokio::select! {
+                    m = queue.memory(4 + size) => m,
+                    _ = stop.changed() => return,
+                };
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::info!(%peer, error = %e, "closing connection: bad frame");
                 return;
-            }
-            // Keep a small buffer for the next responses, but not a large fetch's: an idle
-            // connection should not pin megabytes.
-            if out.capacity() > 64 * 1024 {
-                out = BytesMut::new();
-            } else {
-                out.clear();
             }
         }
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {

@@ -16,11 +16,13 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::sync::watch;
 
 use crate::config::BrokerConfig;
 use crate::connection::{ConnectionInfo, Dispatch, InFlight};
+use crate::handlers::registry::HandlerResult;
+use crate::request_queue::RequestQueue;
 use crate::handlers::{self, HandleError, ParsedRequest};
 use crate::listeners::ListenerScope;
 use crate::server::Broker;
@@ -28,6 +30,8 @@ use crate::server::Broker;
 pub struct ControllerDispatch {
     pub(crate) config: Arc<BrokerConfig>,
     pub(crate) in_flight: Arc<InFlight>,
+    /// The listener's own `queued.max.requests` / `queued.max.request.bytes`.
+    pub(crate) request_queue: RequestQueue,
     /// This node's voter.
     pub(crate) raft: strom_raft::RaftService,
     /// The broker, once it exists.
@@ -41,11 +45,11 @@ impl ControllerDispatch {
         &self,
         conn: &mut ConnectionInfo,
         payload: Bytes,
-    ) -> Result<Option<BytesMut>, HandleError> {
+    ) -> HandlerResult {
         match handlers::parse_request(&payload, ListenerScope::Controller)? {
-            ParsedRequest::Raft { header, body } => {
-                handlers::raft::handle(&self.raft, header, body).await
-            }
+            ParsedRequest::Raft { header, body } => handlers::raft::handle(&self.raft, header, body)
+                .await
+                .map(|r| r.map(Into::into)),
             parsed => {
                 if *self.broker_stop.borrow() {
                     return Err(HandleError::ShuttingDown);
@@ -71,11 +75,15 @@ impl Dispatch for Arc<ControllerDispatch> {
         &self.in_flight
     }
 
+    fn request_queue(&self) -> &RequestQueue {
+        &self.request_queue
+    }
+
     fn handle<'a>(
         &'a self,
         conn: &'a mut ConnectionInfo,
         payload: Bytes,
-    ) -> impl Future<Output = Result<Option<BytesMut>, HandleError>> + Send + 'a {
+    ) -> impl Future<Output = HandlerResult> + Send + 'a {
         self.dispatch(conn, payload)
     }
 }

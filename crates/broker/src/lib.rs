@@ -37,6 +37,9 @@ pub mod purgatory;
 pub mod replica_manager;
 pub mod replication;
 pub mod request_context;
+pub mod request_limits;
+pub mod request_queue;
+pub mod response;
 pub mod server;
 pub mod txn_verification;
 

@@ -63,6 +63,10 @@ pub enum PartitionError {
     NotEnoughReplicas(String),
     #[error("{0}")]
     OffsetOutOfRange(String),
+    /// A read asked for a negative number of bytes (Kafka's `LogSegment.read` throws
+    /// IllegalArgumentException, which a fetch answers UNKNOWN_SERVER_ERROR).
+    #[error("Invalid max size {0} for log read")]
+    InvalidMaxSize(i32),
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
@@ -76,6 +80,7 @@ impl PartitionError {
             Self::UnknownLeaderEpoch { .. } => ErrorCode::UnknownLeaderEpoch,
             Self::NotEnoughReplicas(_) => ErrorCode::NotEnoughReplicas,
             Self::OffsetOutOfRange(_) => ErrorCode::OffsetOutOfRange,
+            Self::InvalidMaxSize(_) => ErrorCode::UnknownServerError,
             Self::Storage(e) => e.error_code(),
         }
     }

@@ -83,6 +83,9 @@ pub struct Broker {
     /// Requests being handled, so that shutdown closes the logs only after the last of them
     /// (no append after the clean-shutdown marker).
     pub(crate) in_flight: Arc<InFlight>,
+    /// `queued.max.requests` and `queued.max.request.bytes` across the broker listeners'
+    /// connections (the controller listener has its own, as Kafka's controller `SocketServer`).
+    pub(crate) request_queue: crate::request_queue::RequestQueue,
 }
 
 impl Broker {
@@ -220,6 +223,7 @@ impl Server {
                 let dispatch = Arc::new(ControllerDispatch {
                     config: config.clone(),
                     in_flight: in_flight.clone(),
+                    request_queue: crate::request_queue::RequestQueue::new(&config.limits),
                     raft: service,
                     broker: broker_rx,
                     broker_stop: stop_rx.clone(),
@@ -396,6 +400,7 @@ impl Server {
             cluster_id = %cluster_id,
             "strom broker started"
         );
+        let request_queue = crate::request_queue::RequestQueue::new(&config.limits);
         let broker = Arc::new(Broker {
             producer_ids,
             channel,
@@ -410,6 +415,7 @@ impl Server {
             transaction_coordinator,
             add_partitions_to_txn_manager,
             in_flight,
+            request_queue,
         });
         // Kafka connections on the controller listener wait for this.
         let _ = broker_tx.send(Some(broker.clone()));

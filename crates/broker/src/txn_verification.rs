@@ -261,6 +261,7 @@ impl AddPartitionsToTxnManager {
             return refused;
         }
         // A dropped sender (the broker shutting down) is a network failure to the producer.
+        crate::request_queue::parked();
         rx.await
             .unwrap_or_else(|_| partitions_to(partitions, ErrorCode::NetworkException))
     }

@@ -175,6 +175,14 @@ impl OffsetIndex {
         }
     }
 
+    /// The position of the last entry at or before `position`: the start of a batch there or
+    /// earlier, from which a header walk finds the last batch ending within a byte limit.
+    pub fn floor_position(&self, position: u64) -> Option<u64> {
+        let entries = self.entries.read();
+        let idx = entries.partition_point(|&(_, p)| (p as u64) <= position);
+        idx.checked_sub(1).map(|i| entries[i].1 as u64)
+    }
+
     /// Kafka's `fetchUpperBoundOffset`: the offset of the first entry at or past `position`
     /// (where a fetch's bytes end), if any.
     pub fn fetch_upper_bound_offset(&self, position: u64) -> Option<i64> {

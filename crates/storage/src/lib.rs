@@ -56,6 +56,7 @@ pub mod checkpoint;
 pub mod cleaner;
 pub mod config;
 pub mod file_cache;
+pub mod file_records;
 pub mod index;
 pub mod leader_epoch;
 mod log;
@@ -77,6 +78,7 @@ use thiserror::Error;
 pub use cleaner::{CleanTask, CleanedGroup, CleanerStats, LogToClean, OffsetMap, Throttler};
 pub use config::{LogConfig, TimestampType};
 pub use file_cache::FileCache;
+pub use file_records::{FileFetchDataInfo, FileRecords, FileSlice};
 pub use index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
 pub use log::{remove_deleted_files, UnifiedLog};
 pub use reader::LogReader;
@@ -143,6 +145,11 @@ pub enum StorageError {
     /// An end-transaction marker from an older transaction coordinator epoch.
     #[error("{0}")]
     TransactionCoordinatorFenced(String),
+    /// Records planned as file ranges ([`FileRecords`]) overlapped a truncation of their log
+    /// before they were read: the bytes may not be the batches planned (Kafka's
+    /// "FileRecords has been truncated during write"). The reader asks again.
+    #[error("the log was truncated while its records were being read")]
+    TruncatedDuringRead,
 }
 
 impl StorageError {
@@ -156,7 +163,9 @@ impl StorageError {
             Self::TimestampErrors { .. } => ErrorCode::InvalidTimestamp,
             Self::RecordStream(_) => ErrorCode::UnknownServerError,
             Self::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
-            Self::UnexpectedAppendOffset { .. } => ErrorCode::UnknownServerError,
+            Self::UnexpectedAppendOffset { .. } | Self::TruncatedDuringRead => {
+                ErrorCode::UnknownServerError
+            }
             Self::OutOfOrderSequence(_) => ErrorCode::OutOfOrderSequenceNumber,
             Self::InvalidProducerEpoch(_) => ErrorCode::InvalidProducerEpoch,
             Self::InvalidTxnState(_) => ErrorCode::InvalidTxnState,

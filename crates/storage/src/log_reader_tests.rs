@@ -225,3 +225,99 @@ fn truncated_ranges_are_never_served_after_truncate_returns() {
     let survivors = batches(&read_all(&log, 0));
     assert_eq!(survivors.last().unwrap().1 + 1, log.log_end_offset());
 }
+
+/// File-range reads (which find where a byte limit falls from the offset index and a few batch
+/// headers, never reading records) return exactly the greedy run of whole batches a reader of
+/// the whole log would pick: from the batch holding the start offset, each batch below the max
+/// offset while it fits, the first one whole with min-one-message. Batch sizes vary, the log
+/// spans segments, and the offset index is dense, default (4 KiB) and so sparse it is empty.
+#[test]
+fn file_records_are_the_whole_batches_that_fit() {
+    for index_interval_bytes in [1, 4096, 1 << 30] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            segment_bytes: 20_000,
+            index_interval_bytes,
+            retention_ms: -1,
+            ..LogConfig::default()
+        };
+        let mut log = open(dir.path(), config);
+        for i in 0..60usize {
+            let n = 1 + i % 4;
+            let ts: Vec<i64> = (0..n as i64).map(|j| T0 + j).collect();
+            append(&mut log, &batch_with(&ts, [10, 700, 3000][i % 3]));
+        }
+        assert!(log.num_segments() > 3);
+        let end = log.log_end_offset();
+        let all = log.read(0, usize::MAX / 2, end, false).unwrap().records;
+        // (base, last, position in `all`, size) of every batch.
+        let mut model = Vec::new();
+        let mut at = 0;
+        for b in BatchIter::new(&all) {
+            let b = b.unwrap();
+            let size = b.bytes().len();
+            model.push((b.base_offset(), b.last_offset(), at, size));
+            at += size;
+        }
+        let reader = log.reader();
+        for start in [0, 1, 5, 37, end / 2, end - 1, end] {
+            for max_bytes in [0, 1, 100, 800, 3100, 5000, 9000, 25_000, 1 << 20] {
+                for max_offset in [3, end / 3, end - 2, end, i64::MAX] {
+                    for min_one in [false, true] {
+                        let max = max_offset.min(end);
+                        let mut want = Vec::new();
+                        if start < max {
+                            for &(base, last, pos, size) in model.iter().skip_while(|m| m.1 < start)
+                            {
+                                let _ = last;
+                                if base >= max {
+                                    break;
+                                }
+                                if want.len() + size > max_bytes {
+                                    if want.is_empty() && min_one {
+                                        want.extend_from_slice(&all[pos..pos + size]);
+                                    }
+                                    break;
+                                }
+                                want.extend_from_slice(&all[pos..pos + size]);
+                            }
+                        }
+                        let ctx = format!(
+                            "index {index_interval_bytes} start {start} max_bytes {max_bytes} \
+                             max_offset {max_offset} min_one {min_one}"
+                        );
+                        let planned = reader
+                            .read_file_records(start, max_bytes, max_offset, min_one, false)
+                            .unwrap();
+                        assert_eq!(planned.records.len(), want.len(), "{ctx}");
+                        assert_eq!(&planned.records.read_all().unwrap()[..], &want[..], "{ctx}");
+                        let read = reader.read(start, max_bytes, max_offset, min_one).unwrap();
+                        assert_eq!(&read.records[..], &want[..], "{ctx}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Ranges planned before a truncation are not served after it: reading them fails instead of
+/// returning bytes that may be other batches now.
+#[test]
+fn file_records_planned_before_a_truncation_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = batch(3);
+    let mut log = open(dir.path(), small_segments(&b));
+    for _ in 0..6 {
+        append(&mut log, &b);
+    }
+    let planned = log
+        .reader()
+        .read_file_records(0, 1 << 20, i64::MAX, false, false)
+        .unwrap();
+    assert!(planned.records.still_valid());
+    assert_eq!(batches(&planned.records.read_all().unwrap()).len(), 6);
+    log.truncate_to(9).unwrap();
+    assert!(!planned.records.still_valid());
+    // The truncated segments' files are gone (an I/O error) or the check refuses the bytes.
+    assert!(planned.records.read_all().is_err());
+}

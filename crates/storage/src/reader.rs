@@ -18,11 +18,10 @@
 use std::sync::atomic::{fence, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use parking_lot::RwLock;
-use strom_protocol::batch::HEADER_SIZE;
 
-use crate::segment::{BatchHeader, SegmentData};
+use crate::file_records::{FileFetchDataInfo, FileRecords};
+use crate::segment::SegmentData;
 use crate::txn_index::AbortedTxn;
 use crate::{FetchDataInfo, StorageError};
 
@@ -141,6 +140,57 @@ impl LogReader {
         min_one_message: bool,
         include_aborted: bool,
     ) -> Result<FetchDataInfo, StorageError> {
+        self.read_with(
+            fetch_offset,
+            max_bytes,
+            max_offset,
+            min_one_message,
+            include_aborted,
+            |planned| {
+                Ok(FetchDataInfo {
+                    records: planned.records.read_unchecked()?,
+                    log_start_offset: planned.log_start_offset,
+                    log_end_offset: planned.log_end_offset,
+                    aborted_transactions: planned.aborted_transactions,
+                })
+            },
+        )
+    }
+
+    /// [`Self::read_isolated`] without reading the records: which ranges of which segment
+    /// files hold them ([`FileRecords`], read later by whoever sends them). Only batch headers
+    /// are read here.
+    pub fn read_file_records(
+        &self,
+        fetch_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_message: bool,
+        include_aborted: bool,
+    ) -> Result<FileFetchDataInfo, StorageError> {
+        self.read_with(
+            fetch_offset,
+            max_bytes,
+            max_offset,
+            min_one_message,
+            include_aborted,
+            Ok,
+        )
+    }
+
+    /// One consistent read: plans it over a snapshot, runs `finish` on the plan, and starts
+    /// again if a truncation overlapped either (or a segment of the snapshot left the log and
+    /// the read failed). The records planned remember the truncation count they were planned
+    /// at, for [`FileRecords::still_valid`].
+    fn read_with<T>(
+        &self,
+        fetch_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_message: bool,
+        include_aborted: bool,
+        finish: impl Fn(FileFetchDataInfo) -> Result<T, StorageError>,
+    ) -> Result<T, StorageError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -153,7 +203,7 @@ impl LogReader {
             // End before start: an end offset read first is never below the start read after.
             let log_end = self.log_end_offset();
             let log_start = self.log_start_offset();
-            let result = read_segments(
+            let result = plan_segments(
                 &segments,
                 log_start,
                 log_end,
@@ -162,7 +212,11 @@ impl LogReader {
                 max_offset,
                 min_one_message,
                 include_aborted,
-            );
+            )
+            .and_then(|mut planned| {
+                planned.records = planned.records.guarded(self.shared.clone(), generation);
+                finish(planned)
+            });
             fence(Ordering::Acquire);
             if self.shared.generation.load(Ordering::Acquire) != generation {
                 // A truncation ran meanwhile: what was read may be gone.
@@ -181,7 +235,8 @@ impl LogReader {
     }
 }
 
-/// The read itself over one consistent view (a snapshot and the offsets published with it).
+/// The read itself over one consistent view (a snapshot and the offsets published with it),
+/// into memory.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn read_segments(
     segments: &[Arc<SegmentData>],
@@ -193,6 +248,40 @@ pub(crate) fn read_segments(
     min_one_message: bool,
     include_aborted: bool,
 ) -> Result<FetchDataInfo, StorageError> {
+    let planned = plan_segments(
+        segments,
+        log_start,
+        log_end,
+        start_offset,
+        max_bytes,
+        max_offset,
+        min_one_message,
+        include_aborted,
+    )?;
+    Ok(FetchDataInfo {
+        records: planned.records.read_all()?,
+        log_start_offset: planned.log_start_offset,
+        log_end_offset: planned.log_end_offset,
+        aborted_transactions: planned.aborted_transactions,
+    })
+}
+
+/// Which bytes a read returns, without reading them: whole batches from the one holding
+/// `start_offset`, up to `max_bytes` (the first batch whole with `min_one_message`), none with
+/// a base offset at or past `max_offset` or the log end. Only batch headers are read: where
+/// the first batch is, where the high watermark's batch ends, and where the byte limit falls
+/// (from the offset index's entry before it).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn plan_segments(
+    segments: &[Arc<SegmentData>],
+    log_start: i64,
+    log_end: i64,
+    start_offset: i64,
+    max_bytes: usize,
+    max_offset: i64,
+    min_one_message: bool,
+    include_aborted: bool,
+) -> Result<FileFetchDataInfo, StorageError> {
     if start_offset < log_start || start_offset > log_end {
         return Err(StorageError::OffsetOutOfRange {
             requested: start_offset,
@@ -202,15 +291,15 @@ pub(crate) fn read_segments(
     }
     // Bytes appended after `log_end` was read are not served, so the answer matches its offsets.
     let max_offset = max_offset.min(log_end);
-    let mut out: Vec<u8> = Vec::new();
+    let mut out = FileRecords::default();
     // The segment holding `start_offset`: the last whose base is <= it.
     let first = segments
         .partition_point(|s| s.base_offset() <= start_offset)
         .saturating_sub(1);
     if start_offset >= max_offset {
         // Nothing readable yet (at the HW or LSO): no records, no aborted transactions.
-        return Ok(FetchDataInfo {
-            records: Bytes::new(),
+        return Ok(FileFetchDataInfo {
+            records: out,
             log_start_offset: log_start,
             log_end_offset: log_end,
             aborted_transactions: include_aborted.then(Vec::new),
@@ -236,13 +325,13 @@ pub(crate) fn read_segments(
         let remaining = max_bytes - out.len();
         if first_batch.size > remaining {
             if out.is_empty() && min_one_message {
-                out = seg.read_at(pos, first_batch.size, size)?;
-                extent.2 = out.len();
+                out.push(seg, pos, first_batch.size);
+                extent.2 = first_batch.size;
             }
             break;
         }
         // Bound the read at the high watermark's batch so a consumer at the tail does not
-        // pull bytes it must then discard.
+        // get bytes past it.
         let mut end = size;
         if max_offset < next_offset {
             if let Some((hw_pos, hw)) = seg.translate_offset(max_offset, size)? {
@@ -254,24 +343,15 @@ pub(crate) fn read_segments(
             }
         }
         let available = end.saturating_sub(pos) as usize;
-        let mut chunk = seg.read_at(pos, remaining.min(available), size)?;
-        let mut taken = 0;
-        while chunk.len() - taken >= HEADER_SIZE {
-            let h = BatchHeader::parse(&chunk[taken..])
-                .map_err(|e| StorageError::CorruptRecord(e.to_string()))?;
-            if h.base_offset >= max_offset || taken + h.size > chunk.len() {
-                break;
-            }
-            taken += h.size;
-        }
+        let taken = if available <= remaining {
+            available
+        } else {
+            let first_end = pos + first_batch.size as u64;
+            (seg.last_batch_end_within(first_end, pos + remaining as u64, end)? - pos) as usize
+        };
         let finished_segment = taken == available && end == size;
         extent.2 = taken;
-        chunk.truncate(taken);
-        if out.is_empty() {
-            out = chunk;
-        } else {
-            out.extend_from_slice(&chunk);
-        }
+        out.push(seg, pos, taken);
         if !finished_segment {
             break;
         }
@@ -288,8 +368,8 @@ pub(crate) fn read_segments(
     } else {
         None
     };
-    Ok(FetchDataInfo {
-        records: Bytes::from(out),
+    Ok(FileFetchDataInfo {
+        records: out,
         log_start_offset: log_start,
         log_end_offset: log_end,
         aborted_transactions,

@@ -223,6 +223,39 @@ impl SegmentData {
             .is_ok_and(|h| h.last_offset == last_offset && pos + h.size as u64 <= size))
     }
 
+    /// The end of the last whole batch that ends at or before `limit`, walking batch headers
+    /// from `start` (a batch start) or from the offset index's last entry at or before `limit`
+    /// if that is later, so only the few batches after an index entry are looked at. Batches
+    /// are read in windows of headers, never whole; nothing is read at or past `end`.
+    pub(crate) fn last_batch_end_within(
+        &self,
+        start: u64,
+        limit: u64,
+        end: u64,
+    ) -> Result<u64, StorageError> {
+        const WINDOW: usize = 8 * 1024;
+        let limit = limit.min(end);
+        let mut at = start.max(self.offset_index.floor_position(limit).unwrap_or(0));
+        let mut window = [0u8; WINDOW];
+        loop {
+            if at + HEADER_SIZE as u64 > limit {
+                return Ok(at);
+            }
+            let n = (WINDOW as u64).min(end - at) as usize;
+            self.read_into(at, &mut window[..n], end)?;
+            let mut off = 0usize;
+            while off + HEADER_SIZE <= n {
+                let h = BatchHeader::parse(&window[off..n])
+                    .map_err(|e| corrupt(&self.log.path(), at + off as u64, e))?;
+                if at + (off + h.size) as u64 > limit {
+                    return Ok(at + off as u64);
+                }
+                off += h.size;
+            }
+            at += off as u64;
+        }
+    }
+
     /// The position and header of the first batch below `size` whose last offset is >= `offset`.
     pub(crate) fn translate_offset(
         &self,

@@ -23,7 +23,7 @@ use crate::replica_manager::ReplicaManager;
 
 /// How much of the log one read takes while loading (Kafka's `offsets.load.buffer.size`,
 /// 5 MiB); a larger first batch is still read whole.
-const LOAD_BUFFER_BYTES: usize = 5 * 1024 * 1024;
+const LOAD_BUFFER_BYTES: i32 = 5 * 1024 * 1024;
 
 /// Both ends of the runtime's I/O over the replica manager's partitions.
 pub struct CoordinatorPartitions {
@@ -263,7 +263,10 @@ impl CoordinatorLoader for CoordinatorPartitions {
                     crate::now_ms(),
                 )
                 .map_err(|e| self.refused(&partition, e))?;
-            let mut buf = info.records;
+            let mut buf = info
+                .records
+                .read_all()
+                .map_err(|e| self.refused(&partition, e.into()))?;
             if buf.is_empty() {
                 return Err(corrupt(tp, offset, "no batch below the log end"));
             }

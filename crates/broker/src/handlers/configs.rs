@@ -105,6 +105,7 @@ pub fn describe_configs(
                     for &(k, ty, default) in crate::coordinator::BROKER_CONFIGS
                         .iter()
                         .chain(crate::coordinator::transactions::BROKER_CONFIGS)
+                        .chain(crate::request_limits::BROKER_CONFIGS)
                     {
                         all.entry(k).and_modify(|e| e.2 = ty).or_insert((
                             default,

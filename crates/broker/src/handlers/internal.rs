@@ -281,11 +281,18 @@ pub fn envelope<'a>(
                     "forwarded request"
                 );
                 match (entry.handle)(broker, &inner_ctx, inner_body).await {
-                    Ok(Some(mut framed)) => {
+                    Ok(Some(framed)) => match framed.into_bytes() {
                         // The handler framed its response; the envelope carries it unframed.
-                        let data = framed.split_off(4).freeze();
-                        EnvelopeResponse::default().with_response_data(Some(data))
-                    }
+                        Ok(mut framed) => {
+                            let data = framed.split_off(4).freeze();
+                            EnvelopeResponse::default().with_response_data(Some(data))
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %e, "forwarded request failed");
+                            EnvelopeResponse::default()
+                                .with_error_code(ErrorCode::UnknownServerError.code())
+                        }
+                    },
                     Ok(None) => EnvelopeResponse::default(),
                     Err(e) => {
                         tracing::debug!(error = %e, "forwarded request failed");
@@ -296,7 +303,7 @@ pub fn envelope<'a>(
             }
             Err(code) => EnvelopeResponse::default().with_error_code(code.code()),
         };
-        encode(ctx.api_key, ctx.api_version, ctx.correlation_id(), &resp).map(Some)
+        encode(ctx.api_key, ctx.api_version, ctx.correlation_id(), &resp).map(|b| Some(b.into()))
     })
 }
 

@@ -12,6 +12,8 @@ mod describe_log_dirs;
 mod describe_producers;
 mod elect_leaders;
 mod fetch;
+#[cfg(test)]
+mod fetch_tests;
 mod find_coordinator;
 mod groups;
 mod init_producer_id;
@@ -169,7 +171,7 @@ pub async fn handle(
     broker: &Arc<Broker>,
     conn: &mut ConnectionInfo,
     payload: Bytes,
-) -> Result<Option<BytesMut>, HandleError> {
+) -> registry::HandlerResult {
     let parsed = parse_request(&payload, conn.listener.scope)?;
     handle_parsed(broker, conn, parsed, payload).await
 }
@@ -180,11 +182,11 @@ pub(crate) async fn handle_parsed(
     conn: &mut ConnectionInfo,
     parsed: ParsedRequest,
     payload: Bytes,
-) -> Result<Option<BytesMut>, HandleError> {
+) -> registry::HandlerResult {
     let scope = conn.listener.scope;
     let (entry, header, body) = match parsed {
         ParsedRequest::ApiVersionsFallback { correlation_id } => {
-            return api_versions::fallback(scope, correlation_id).map(Some);
+            return api_versions::fallback(scope, correlation_id).map(|b| Some(b.into()));
         }
         // The controller listener's dispatch hands Raft to the quorum before a request gets
         // here (it needs no broker); nothing else parses as Raft.
@@ -203,15 +205,51 @@ pub(crate) async fn handle_parsed(
         conn.remember_client_software(&body, header.request_api_version);
     }
     let ctx = conn.context(header, entry.key);
+    if hands_off(entry) {
+        crate::request_queue::parked();
+    }
     if entry.forwardable && scope == ListenerScope::Broker && !broker.controller.is_active() {
         // Admin requests are decided by the active controller: forward them there in an
         // Envelope with the client's principal, and relay its answer. If that fails, the local
         // handler answers NOT_CONTROLLER per item and the client retries.
         if let Ok(resp) = broker.channel.forward(&ctx, &payload).await {
-            return Ok(Some(crate::controller_channel::frame(resp)));
+            return Ok(Some(crate::controller_channel::frame(resp).into()));
         }
     }
     (entry.handle)(broker, &ctx, body).await
+}
+
+/// APIs a coordinator or the controller answers: Kafka's handler threads hand them over and
+/// return at once, so while they wait they take no slot of `queued.max.requests`
+/// ([`crate::request_queue`]).
+fn hands_off(entry: &registry::ApiEntry) -> bool {
+    use ApiKey::*;
+    entry.forwardable
+        || !entry.scopes.broker
+        || matches!(
+            entry.key,
+            FindCoordinator
+                | JoinGroup
+                | SyncGroup
+                | Heartbeat
+                | LeaveGroup
+                | OffsetCommit
+                | OffsetFetch
+                | TxnOffsetCommit
+                | DescribeGroups
+                | ListGroups
+                | DeleteGroups
+                | OffsetDelete
+                | ConsumerGroupHeartbeat
+                | ConsumerGroupDescribe
+                | InitProducerId
+                | AddPartitionsToTxn
+                | AddOffsetsToTxn
+                | EndTxn
+                | DescribeTransactions
+                | ListTransactions
+                | WriteTxnMarkers
+        )
 }
 
 /// Encodes `size | response header | body`.

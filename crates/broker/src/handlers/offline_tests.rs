@@ -109,7 +109,7 @@ async fn fetch(b: &Arc<Broker>, topic: &str) -> i16 {
                 .with_fetch_offset(0)
                 .with_log_start_offset(-1)
                 .with_partition_max_bytes(1 << 20)])]);
-    fetch::handle(b, req, 12).await.responses[0].partitions[0].error_code
+    fetch::handle(b, req, 12).await.0.responses[0].partitions[0].error_code
 }
 
 fn list_offsets(b: &Arc<Broker>, topic: &str) -> i16 {

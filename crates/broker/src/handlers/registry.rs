@@ -23,16 +23,17 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use strom_protocol::kafka::messages::*;
 use strom_protocol::kafka::protocol::Decodable;
 
 use super::*;
 use crate::listeners::ListenerScope;
 use crate::request_context::RequestContext;
+use crate::response::ResponseFrame;
 use crate::server::Broker;
 
-pub type HandlerResult = Result<Option<BytesMut>, HandleError>;
+pub type HandlerResult = Result<Option<ResponseFrame>, HandleError>;
 pub type HandlerFuture<'a> = Pin<Box<dyn Future<Output = HandlerResult> + Send + 'a>>;
 /// Decodes the body (the bytes after the request header), runs the API and returns the framed
 /// response (`None`: no response is due, as for Produce with acks=0).
@@ -120,7 +121,8 @@ macro_rules! api {
                         #[allow(unused_variables)]
                         let ($b, $ctx, $v) = (broker, ctx, ctx.api_version);
                         let resp = $body;
-                        encode(ctx.api_key, ctx.api_version, ctx.correlation_id(), &resp).map(Some)
+                        encode(ctx.api_key, ctx.api_version, ctx.correlation_id(), &resp)
+                            .map(|b| Some(b.into()))
                     })
                 }
                 handle
@@ -167,7 +169,26 @@ fn produce<'a>(
                 Ok(None)
             };
         }
-        encode(ctx.api_key, ctx.api_version, ctx.correlation_id(), &resp).map(Some)
+        encode(ctx.api_key, ctx.api_version, ctx.correlation_id(), &resp).map(|b| Some(b.into()))
+    })
+}
+
+fn decode_fetch(mut body: Bytes, version: i16) -> Result<(), String> {
+    FetchRequest::decode(&mut body, version)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// Fetch: the records go into the response as file ranges, read while it is written.
+fn fetch<'a>(
+    broker: &'a Arc<Broker>,
+    ctx: &'a RequestContext,
+    mut body: Bytes,
+) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        let req: FetchRequest = decode_body(&mut body, ctx)?;
+        let (resp, records) = fetch::handle(broker, req, ctx.api_version).await;
+        fetch::encode(ctx.api_version, ctx.correlation_id(), resp, records).map(Some)
     })
 }
 
@@ -190,15 +211,15 @@ pub static REGISTRY: &[ApiEntry] = &[
         handle: produce,
         decode: decode_produce,
     },
-    api!(
-        Fetch,
-        4,
-        16,
-        BROKER,
-        forward = false,
-        FetchRequest,
-        |b, ctx, req, v| fetch::handle(b, req, v).await
-    ),
+    ApiEntry {
+        key: ApiKey::Fetch,
+        min_version: 4,
+        max_version: 16,
+        scopes: BROKER,
+        forwardable: false,
+        handle: fetch,
+        decode: decode_fetch,
+    },
     api!(
         ListOffsets,
         1,

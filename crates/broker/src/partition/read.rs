@@ -3,9 +3,8 @@
 //! check, and the read itself, which goes through [`Partition::read_records`] only, so that it
 //! can move to a lock-free log reader in one place.
 
-use bytes::Bytes;
 use strom_storage::txn_index::AbortedTxn;
-use strom_storage::{FetchDataInfo, StorageError};
+use strom_storage::{FileFetchDataInfo, FileRecords, StorageError};
 
 use super::{LocalLog, Partition, PartitionError, PartitionState, Role};
 
@@ -37,7 +36,8 @@ pub struct PartitionFetch {
     pub last_fetched_epoch: Option<i32>,
     /// A follower's log start offset (-1 from consumers).
     pub log_start_offset: i64,
-    pub max_bytes: usize,
+    /// The request's `partition_max_bytes`, as sent (Kafka fails a read with a negative size).
+    pub max_bytes: i32,
 }
 
 /// What a read returns (Kafka's `LogReadInfo`): the records, or where a follower's log
@@ -46,7 +46,9 @@ pub struct PartitionFetch {
 /// follower out of sync.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogReadInfo {
-    pub records: Bytes,
+    /// Not read yet: ranges of segment files (a fetch response sends them from the files;
+    /// [`FileRecords::read_all`] reads them into memory).
+    pub records: FileRecords,
     pub diverging_epoch: Option<EpochEndOffset>,
     pub high_watermark: i64,
     /// The last stable offset: the HW until transactions exist, kept apart for them.
@@ -87,7 +89,11 @@ impl LogOffsetSnapshot {
     }
 
     /// A fetch answer with these offsets.
-    fn read_info(&self, records: Bytes, diverging_epoch: Option<EpochEndOffset>) -> LogReadInfo {
+    fn read_info(
+        &self,
+        records: FileRecords,
+        diverging_epoch: Option<EpochEndOffset>,
+    ) -> LogReadInfo {
         LogReadInfo {
             records,
             diverging_epoch,
@@ -131,7 +137,10 @@ impl Partition {
     /// Kafka's `fetchRecords`: checks leadership and the fetcher's epoch, reads, and for a
     /// follower (`replica_id`, fetching as `replica_epoch`: its broker epoch, -1 before Fetch
     /// v15) records its fetch, unless its log diverges. A replica that is not in the assignment
-    /// gets UNKNOWN_LEADER_EPOCH when it sent an epoch, else NOT_LEADER_OR_FOLLOWER.
+    /// gets UNKNOWN_LEADER_EPOCH when it sent an epoch, else NOT_LEADER_OR_FOLLOWER. A negative
+    /// `max_bytes` (what is left of a negative response limit) fails the read when there is
+    /// something to read, as Kafka's `LogSegment.read` refuses a negative size; at or past the
+    /// readable end the answer is empty.
     #[allow(clippy::too_many_arguments)]
     pub fn fetch_records(
         &self,
@@ -139,7 +148,7 @@ impl Partition {
         replica_epoch: i64,
         isolation: FetchIsolation,
         fetch: &PartitionFetch,
-        max_bytes: usize,
+        max_bytes: i32,
         min_one_message: bool,
         fetch_only_leader: bool,
         now_ms: i64,
@@ -168,9 +177,14 @@ impl Partition {
             match planned {
                 LocalRead::Done(info) => info,
                 LocalRead::Read { at, max_offset } => {
+                    if max_bytes < 0
+                        && (at.log_start_offset..max_offset).contains(&fetch.fetch_offset)
+                    {
+                        return Err(PartitionError::InvalidMaxSize(max_bytes));
+                    }
                     let data = self.read_records(
                         fetch.fetch_offset,
-                        max_bytes,
+                        max_bytes.max(0) as usize,
                         max_offset,
                         min_one_message,
                         isolation == FetchIsolation::TxnCommitted,
@@ -224,7 +238,7 @@ impl Partition {
             }
             if epoch < last_fetched || end < fetch.fetch_offset {
                 return Ok(LocalRead::Done(at.read_info(
-                    Bytes::new(),
+                    FileRecords::default(),
                     Some(EpochEndOffset {
                         epoch,
                         end_offset: end,
@@ -239,7 +253,8 @@ impl Partition {
     }
 
     /// The one place the log is read for a fetch: whole batches from `fetch_offset`, none with a
-    /// base offset at or past `max_offset`, through the lock-free [`strom_storage::LogReader`];
+    /// base offset at or past `max_offset`, through the lock-free [`strom_storage::LogReader`],
+    /// as file ranges (only batch headers are read here);
     /// with `include_aborted` (read_committed, `max_offset` the LSO) also the aborted
     /// transactions overlapping them.
     fn read_records(
@@ -249,8 +264,8 @@ impl Partition {
         max_offset: i64,
         min_one_message: bool,
         include_aborted: bool,
-    ) -> Result<FetchDataInfo, StorageError> {
-        self.reader.read_isolated(
+    ) -> Result<FileFetchDataInfo, StorageError> {
+        self.reader.read_file_records(
             fetch_offset,
             max_bytes,
             max_offset,

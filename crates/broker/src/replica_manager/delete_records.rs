@@ -144,6 +144,7 @@ impl ReplicaManager {
         self.delayed()
             .delete_records
             .try_complete_else_watch(op, timeout, &keys);
+        crate::request_queue::parked();
         rx.await.unwrap_or(fallback)
     }
 }

@@ -11,7 +11,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use parking_lot::Mutex;
 use strom_protocol::ErrorCode;
 use tokio::sync::oneshot;
@@ -29,9 +28,13 @@ pub struct FetchParams {
     /// The follower's broker epoch (Fetch v15+'s `ReplicaState.ReplicaEpoch`; -1 before).
     pub replica_epoch: i64,
     pub max_wait: Duration,
-    pub min_bytes: usize,
-    /// The whole response's limit (Fetch v3+); the first partition with data may exceed it.
-    pub max_bytes: usize,
+    /// Answer once this much is readable; at most `max_bytes` (Kafka's `fetchMinBytes`), so 0
+    /// or less answers at once.
+    pub min_bytes: i32,
+    /// The whole response's limit (Fetch v3+): the request's `max_bytes` capped by the broker's
+    /// `fetch.max.bytes` (Kafka's `fetchMaxBytes`). The first partition with data may exceed it
+    /// by its first batch; a negative limit fails the first partition that has data.
+    pub max_bytes: i32,
     pub isolation: FetchIsolation,
     /// Only the leader serves (no follower reads yet, KIP-392).
     pub fetch_only_leader: bool,
@@ -58,7 +61,8 @@ pub struct FetchPartitionData {
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
-    pub records: Bytes,
+    /// Not read yet: the connection sends them from the segment files.
+    pub records: strom_storage::FileRecords,
     pub diverging_epoch: Option<EpochEndOffset>,
     /// read_committed: the aborted transactions overlapping `records`.
     pub aborted_transactions: Option<Vec<strom_storage::txn_index::AbortedTxn>>,
@@ -71,7 +75,7 @@ impl FetchPartitionData {
             high_watermark: -1,
             last_stable_offset: -1,
             log_start_offset: -1,
-            records: Bytes::new(),
+            records: Default::default(),
             diverging_epoch: None,
             aborted_transactions: None,
         }
@@ -103,7 +107,7 @@ impl ReplicaManager {
             let read = self.read_from_log(params, requests);
             let now = Instant::now();
             if read.complete_now
-                || read.bytes >= params.min_bytes
+                || read.bytes as i64 >= params.min_bytes as i64
                 || now >= deadline
                 || read.watch.is_empty()
             {
@@ -119,6 +123,8 @@ impl ReplicaManager {
             self.delayed()
                 .fetch
                 .try_complete_else_watch(op, deadline - now, &keys);
+            // Parked: the request no longer takes a slot of `queued.max.requests`.
+            crate::request_queue::parked();
             let expired = rx.await.unwrap_or(true);
             if expired {
                 // Kafka's onComplete at the timeout: whatever there is now.
@@ -128,13 +134,17 @@ impl ReplicaManager {
     }
 
     /// Kafka's `readFromLog`: one read of every partition, within the response's byte limit.
+    /// Each partition reads at most min(its `partition_max_bytes`, what is left of the limit);
+    /// until one returns data the first batch is returned even when larger (min-one-message).
+    /// What is left never goes below 0 after a partition, so a negative limit fails only the
+    /// first partition that has data and leaves the others a limit of 0 (Kafka's arithmetic).
     fn read_from_log(
         &self,
         params: &FetchParams,
         requests: &[FetchPartitionRequest],
     ) -> LogReadResults {
         let now_ms = crate::now_ms();
-        let mut remaining = params.max_bytes;
+        let mut remaining = params.max_bytes as i64;
         let mut min_one_message = true;
         let mut out = LogReadResults {
             data: Vec::with_capacity(requests.len()),
@@ -144,11 +154,15 @@ impl ReplicaManager {
         };
         for req in requests {
             let Some(topic) = &req.topic else {
+                // Kafka leaves these out of `readFromLog` (not read, no effect on the limit).
                 out.complete_now = true;
                 out.data
                     .push(FetchPartitionData::error(ErrorCode::UnknownTopicId));
                 continue;
             };
+            let limit = (req.fetch.max_bytes as i64).min(remaining) as i32;
+            // What a partition does not read is still taken off: a negative limit is 0 after it.
+            remaining = remaining.max(0);
             let partition = match self.get_partition_or_error(topic, req.partition) {
                 Ok(p) => p,
                 Err(code) => {
@@ -157,7 +171,6 @@ impl ReplicaManager {
                     continue;
                 }
             };
-            let limit = req.fetch.max_bytes.min(remaining);
             let result = partition.fetch_records(
                 params.replica_id,
                 params.replica_epoch,
@@ -173,9 +186,9 @@ impl ReplicaManager {
                     let n = info.records.len();
                     if n > 0 {
                         min_one_message = false;
-                        remaining = remaining.saturating_sub(n);
                         out.bytes += n;
                     }
+                    remaining = (remaining - n as i64).max(0);
                     if info.diverging_epoch.is_some() {
                         out.complete_now = true;
                     }

@@ -110,6 +110,7 @@ pub async fn wait_for_acks(pending: &[(Arc<Partition>, i64)], timeout: Duration)
     let keys: Vec<_> = pending.iter().map(|(p, _)| p.key().clone()).collect();
     let (tx, rx) = oneshot::channel();
     purgatory.try_complete_else_watch(DelayedProduce::new(pending.to_vec(), tx), timeout, &keys);
+    crate::request_queue::parked();
     rx.await
         .unwrap_or_else(|_| vec![AckResult::Error(ErrorCode::RequestTimedOut); pending.len()])
 }
