@@ -8,7 +8,6 @@
 
 #![allow(dead_code)]
 
-pub mod bounded;
 pub mod cluster;
 pub mod kafka_ref;
 
