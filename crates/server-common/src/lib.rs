@@ -6,7 +6,7 @@
 //! - [`quota`]: the quota interface recorded against by the pipeline (request time) and the
 //!   data path (bytes); [`quota::Unlimited`] is Kafka without quotas.
 //! - [`request_metrics`]: per-API request counts, error counts and phase-time histograms.
-//! - [`principal`]: `KafkaPrincipal`.
+//! - [`principal`]: Kafka's principal type.
 
 pub mod authorizer;
 pub mod principal;

@@ -219,11 +219,9 @@ fn parse_bool(key: &str, v: &str) -> crate::Result<bool> {
     match v.to_ascii_lowercase().as_str() {
         "true" => Ok(true),
         "false" => Ok(false),
-        _ => {
-            return Err(crate::ToolError::msg(format!(
-                "invalid {key}={v:?}: expected true or false"
-            )))
-        }
+        _ => Err(crate::ToolError::msg(format!(
+            "invalid {key}={v:?}: expected true or false"
+        ))),
     }
 }
 
