@@ -82,6 +82,16 @@ pub fn server_args(
     }
 }
 
+/// The `cluster.id` of a node dir's `meta.properties`, if it has one.
+pub fn cluster_id_of(dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join("meta.properties")).ok()?;
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .find_map(|l| l.split_once('=').filter(|(k, _)| k.trim() == "cluster.id"))
+        .map(|(_, v)| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
 pub struct LocalCluster {
     exe: PathBuf,
     dir: PathBuf,
@@ -141,10 +151,61 @@ impl LocalCluster {
             set: opts.set,
             placement: opts.placement,
         };
+        // Every node formatted with one cluster id before its dir holds anything else (a
+        // server refuses a dir that is not formatted, as Kafka's nodes need
+        // `kafka-storage format`): node 1's id from an earlier run, else a new one; dirs
+        // already formatted for that cluster are kept.
+        let cluster_id = match cluster_id_of(&c.node_dir(1)) {
+            Some(id) => id,
+            None => c.tool_output(&["random-uuid"])?.trim().to_string(),
+        };
+        for id in 1..=n as i32 {
+            c.format(id, &cluster_id)?;
+        }
         for id in 1..=n as i32 {
             c.spawn(id)?;
         }
         Ok(c)
+    }
+
+    /// Runs `strom ARGS` to completion and returns its standard output.
+    fn tool_output(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new(&self.exe)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(LaunchError::io(format!("running {} {args:?}", self.exe.display())))?;
+        if !out.status.success() {
+            return Err(LaunchError::Invalid(format!(
+                "{} {args:?} failed: {}",
+                self.exe.display(),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `strom format --ignore-formatted` of node `id`'s dirs for `cluster_id`.
+    pub fn format(&self, id: i32, cluster_id: &str) -> Result<()> {
+        let dir = self.node_dir(id);
+        std::fs::create_dir_all(&dir)
+            .map_err(LaunchError::io(format!("creating {}", dir.display())))?;
+        let mut args = vec![
+            "format".to_string(),
+            "--cluster-id".into(),
+            cluster_id.into(),
+            "--ignore-formatted".into(),
+            "--node-id".into(),
+            id.to_string(),
+            "--data-dir".into(),
+            dir.to_string_lossy().into_owned(),
+        ];
+        for s in &self.set {
+            args.push("--set".into());
+            args.push(s.clone());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.tool_output(&args).map(drop)
     }
 
     pub fn nodes(&self) -> i32 {
@@ -364,5 +425,25 @@ mod tests {
             LocalCluster::launch(opts),
             Err(LaunchError::Invalid(_))
         ));
+    }
+}
+
+#[cfg(test)]
+mod format_tests {
+    use super::*;
+
+    #[test]
+    fn cluster_id_read_from_meta_properties() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(cluster_id_of(dir.path()), None);
+        std::fs::write(
+            dir.path().join("meta.properties"),
+            "#\n#Mon Dec 07\nnode.id=1\ncluster.id=AbCdEfGhIjKlMnOpQrStUv\nversion=1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            cluster_id_of(dir.path()).as_deref(),
+            Some("AbCdEfGhIjKlMnOpQrStUv")
+        );
     }
 }

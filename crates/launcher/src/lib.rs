@@ -27,7 +27,7 @@
 mod cluster;
 mod procs;
 
-pub use cluster::{server_args, LaunchOptions, LocalCluster, Ports};
+pub use cluster::{cluster_id_of, server_args, LaunchOptions, LocalCluster, Ports};
 pub use procs::{free_ports, NodeProcs};
 
 use std::path::PathBuf;
