@@ -42,9 +42,10 @@ run:
 	$(CARGO) run --release -p strom -- server
 
 # the debug binary the Python and Java tests start, with the feature the Rust tests use so
-# that it is built once (`strom chaos leader-kill --client librdkafka` links librdkafka)
+# that it is built once (`strom-chaos leader-kill --client librdkafka` links librdkafka), and
+# the chaos harness `strom-chaos`, which starts that strom
 build: rust-deps
-	$(CARGO) build -p strom --features librdkafka
+	$(CARGO) build -p strom -p strom-chaos --features strom-chaos/librdkafka
 
 # librdkafka 2.12's cmake build (the rdkafka dev-dependency) includes curl/curl.h even with
 # OIDC off, so the curl headers must be present.
@@ -56,7 +57,7 @@ rust-deps:
 	fi
 
 test-rust: rust-deps build kafka-ref-fetch
-	$(CARGO) test --workspace --no-fail-fast --features strom/librdkafka
+	$(CARGO) test --workspace --no-fail-fast --features strom-chaos/librdkafka
 
 kcat:
 	@if ! command -v kcat >/dev/null 2>&1; then \

@@ -9,11 +9,9 @@ use clap::{Parser, Subcommand};
 use strom_broker::config::{parse_properties, BrokerConfig};
 use strom_broker::Server;
 
-mod bench;
-mod chaos;
-mod cli;
 mod dev_cluster;
-mod dump_log;
+
+use strom_tools::{bench, cli, dump_log};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -58,8 +56,6 @@ enum Command {
     DumpLog(dump_log::DumpLogArgs),
     /// Benchmark a broker (records/s, MB/s, latency percentiles).
     Bench(bench::BenchArgs),
-    /// Fault-injection experiments on a local cluster (`chaos leader-kill`).
-    Chaos(chaos::ChaosArgs),
 }
 
 #[derive(clap::Args)]
@@ -136,11 +132,6 @@ fn main() -> ExitCode {
     // Tools print their results; only the server logs its progress by default.
     let default_level = match &cli.command {
         Command::Server(_) => "info",
-        // The nemesis makes the clients retry all the time by design: their retry warnings
-        // would drown the run's own log of faults.
-        Command::Chaos(chaos::ChaosArgs {
-            command: chaos::ChaosCommand::Nemesis(_),
-        }) => "warn,strom_client=error",
         _ => "warn",
     };
     tracing_subscriber::fmt()
@@ -169,14 +160,13 @@ fn main() -> ExitCode {
                 Ok(())
             }
             Command::DevCluster(args) => dev_cluster::run(args).await,
-            Command::Topics(args) => cli::topics::run(args).await,
-            Command::Groups(args) => cli::groups::run(args).await,
-            Command::Transactions(args) => cli::transactions::run(args).await,
-            Command::Produce(args) => cli::produce::run(args).await,
-            Command::Consume(args) => cli::consume::run(args).await,
-            Command::DumpLog(args) => dump_log::run(args),
-            Command::Bench(args) => bench::run(args).await,
-            Command::Chaos(args) => chaos::run(args).await,
+            Command::Topics(args) => Ok(cli::topics::run(args).await?),
+            Command::Groups(args) => Ok(cli::groups::run(args).await?),
+            Command::Transactions(args) => Ok(cli::transactions::run(args).await?),
+            Command::Produce(args) => Ok(cli::produce::run(args).await?),
+            Command::Consume(args) => Ok(cli::consume::run(args).await?),
+            Command::DumpLog(args) => Ok(dump_log::run(args)?),
+            Command::Bench(args) => Ok(bench::run(args).await?),
         }
     });
     match result {

@@ -222,15 +222,7 @@ fn paused_follower_leaves_the_isr_and_rejoins() {
         (l > 0 && isr(&c, l, "lag") == vec![1, 2, 3]).then_some(l)
     });
     let follower = (1..=3).find(|&n| n != leader).unwrap();
-    let pid = c
-        .nodes
-        .iter()
-        .find(|n| n.id == follower)
-        .unwrap()
-        .child
-        .as_ref()
-        .unwrap()
-        .id();
+    let pid = c.pid(follower);
     let signal = |sig: &str| {
         assert!(Command::new("kill")
             .args([sig, &pid.to_string()])
@@ -387,14 +379,7 @@ fn sigterm_moves_leadership_before_the_leader_exits() {
     produce(&c, "cs", 200);
     let others: Vec<i32> = (1..=3).filter(|&n| n != leader).collect();
 
-    let mut child = c
-        .nodes
-        .iter_mut()
-        .find(|n| n.id == leader)
-        .unwrap()
-        .child
-        .take()
-        .unwrap();
+    let mut child = c.take_process(leader);
     assert!(Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

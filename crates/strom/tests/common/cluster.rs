@@ -1,10 +1,11 @@
 //! A multi-node cluster of real `strom server` processes on loopback (each a Raft controller
-//! voter and a broker), shared by the cluster, election and reassignment tests. `Drop` kills
-//! every node, and a panicking test prints each node's log tail.
+//! voter and a broker), started through `strom_launcher`, shared by the cluster, election and
+//! reassignment tests. `Drop` kills every node, and a panicking test prints each node's log
+//! tail.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -14,20 +15,22 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use super::{block_on, free_port};
+use strom_launcher::{LaunchOptions, LocalCluster};
+
+use super::block_on;
 
 pub struct Node {
     pub id: i32,
     pub port: u16,
-    pub child: Option<Child>,
 }
 
+/// A cluster of `strom server` processes started by `strom_launcher` (the launcher of `strom
+/// dev-cluster` and the chaos harness), in a temporary directory.
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub nodes: Vec<Node>,
-    pub quorum: String,
     pub controller_ports: BTreeMap<i32, u16>,
-    pub settings: Vec<String>,
+    pub launcher: LocalCluster,
 }
 
 impl Cluster {
@@ -36,108 +39,68 @@ impl Cluster {
     }
 
     pub fn start_with(n: i32, settings: &[&str]) -> Cluster {
-        let controller_ports: BTreeMap<i32, u16> = (1..=n).map(|i| (i, free_port())).collect();
-        let quorum = controller_ports
-            .iter()
-            .map(|(i, p)| format!("{i}@127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut c = Cluster {
-            dir: tempfile::tempdir().unwrap(),
+        let dir = tempfile::tempdir().unwrap();
+        let opts = LaunchOptions::new(env!("CARGO_BIN_EXE_strom"), dir.path(), n as u16)
+            .set(&settings.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let launcher = LocalCluster::launch(opts).expect("starting the cluster");
+        let c = Cluster {
             nodes: (1..=n)
                 .map(|id| Node {
                     id,
-                    port: free_port(),
-                    child: None,
+                    port: launcher.broker_port(id),
                 })
                 .collect(),
-            quorum,
-            controller_ports,
-            settings: settings.iter().map(|s| s.to_string()).collect(),
+            controller_ports: (1..=n)
+                .map(|id| (id, launcher.controller_port(id)))
+                .collect(),
+            launcher,
+            dir,
         };
-        // Every node formatted with one cluster id (`strom format`, as Kafka's nodes are with
-        // `kafka-storage format`) before its dir holds anything else.
-        let cluster_id = super::strom_output(&["random-uuid"]);
-        for node in &c.nodes {
-            let dir = c.data_dir(node.id);
-            let out = super::strom_output(&[
-                "format",
-                "--cluster-id",
-                cluster_id.trim(),
-                "--node-id",
-                &node.id.to_string(),
-                "--data-dir",
-                dir.to_str().unwrap(),
-            ]);
-            assert!(out.contains("Formatting"), "{out}");
-        }
-        for i in 0..c.nodes.len() {
-            c.spawn(i);
-        }
-        for i in 0..c.nodes.len() {
-            c.wait_serving(i);
+        for id in 1..=n {
+            c.wait_serving(id);
         }
         c
     }
 
     pub fn data_dir(&self, id: i32) -> PathBuf {
-        self.dir.path().join(format!("node-{id}"))
+        self.launcher.node_dir(id)
     }
 
-    pub fn spawn(&mut self, i: usize) {
-        let node = &self.nodes[i];
-        let dir = self.data_dir(node.id);
-        std::fs::create_dir_all(&dir).unwrap();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("server.log"))
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_strom"))
-            .arg("server")
-            .args(["--node-id", &node.id.to_string()])
-            .args(["--listen", &format!("127.0.0.1:{}", node.port)])
-            .args([
-                "--controller-listen",
-                &format!("127.0.0.1:{}", self.controller_ports[&node.id]),
-            ])
-            .args(["--controller-quorum", &self.quorum])
-            .arg("--data-dir")
-            .arg(&dir)
-            .args(self.settings.iter().flat_map(|s| ["--set", s.as_str()]))
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawn strom server");
-        self.nodes[i].child = Some(child);
-    }
-
-    pub fn wait_serving(&self, i: usize) {
+    /// Waits until node `id` accepts connections on its broker listener.
+    pub fn wait_serving(&self, id: i32) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        let addr = format!("127.0.0.1:{}", self.nodes[i].port);
+        let addr = self.launcher.broker_addr(id);
         while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "node {} never listened",
-                self.nodes[i].id
-            );
+            assert!(Instant::now() < deadline, "node {id} never listened");
             std::thread::sleep(Duration::from_millis(50));
         }
     }
 
-    pub fn kill(&mut self, id: i32) {
-        let node = self.nodes.iter_mut().find(|n| n.id == id).unwrap();
-        if let Some(mut c) = node.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+    /// The process id of node `id`, while it runs.
+    pub fn pid(&self, id: i32) -> u32 {
+        self.launcher
+            .procs
+            .pid(id)
+            .unwrap_or_else(|| panic!("node {id} is not running"))
     }
 
+    /// Node `id`'s process, no longer killed by the cluster (the test stops and waits for it).
+    pub fn take_process(&mut self, id: i32) -> Child {
+        self.launcher
+            .procs
+            .take(id)
+            .unwrap_or_else(|| panic!("node {id} is not running"))
+    }
+
+    /// SIGKILLs node `id` (nothing happens if it is not running).
+    pub fn kill(&mut self, id: i32) {
+        let _ = self.launcher.procs.kill(id);
+    }
+
+    /// Starts node `id` again on its data and waits until it serves.
     pub fn restart(&mut self, id: i32) {
-        let i = self.nodes.iter().position(|n| n.id == id).unwrap();
-        self.spawn(i);
-        self.wait_serving(i);
+        self.launcher.spawn(id).expect("restarting a node");
+        self.wait_serving(id);
     }
 
     pub fn bootstrap(&self, ids: &[i32]) -> String {
@@ -157,20 +120,7 @@ impl Cluster {
     }
 
     pub fn logs(&self) -> String {
-        self.nodes
-            .iter()
-            .map(|n| {
-                let log = std::fs::read_to_string(self.data_dir(n.id).join("server.log"))
-                    .unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(40).collect();
-                format!(
-                    "--- node {} ---\n{}",
-                    n.id,
-                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
+        self.launcher.log_tails(40)
     }
 }
 
@@ -179,12 +129,7 @@ impl Drop for Cluster {
         if std::thread::panicking() {
             eprintln!("{}", self.logs());
         }
-        for n in &mut self.nodes {
-            if let Some(mut c) = n.child.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
+        // The launcher SIGKILLs every node it still runs when it is dropped.
     }
 }
 

@@ -8,7 +8,6 @@
 
 #![allow(dead_code)]
 
-pub mod bounded;
 pub mod cluster;
 pub mod kafka_ref;
 
@@ -404,10 +403,6 @@ impl Drop for Broker {
     }
 }
 
-/// A loopback port that was free a moment ago, below Linux's ephemeral range (32768+): a port
-/// the OS hands out for `:0` can be taken by any outgoing connection before the broker binds it
-/// (or binds it again after a restart), which made cluster tests fail with "Address already in
-/// use". Ports are handed out from a per-process starting point, each checked with a bind.
 /// Runs `strom ARGS` to completion and returns its stdout; panics with its stderr on failure.
 pub fn strom_output(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_strom"))
@@ -423,6 +418,10 @@ pub fn strom_output(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
+/// A loopback port that was free a moment ago, below Linux's ephemeral range (32768+): a port
+/// the OS hands out for `:0` can be taken by any outgoing connection before the broker binds it
+/// (or binds it again after a restart), which made cluster tests fail with "Address already in
+/// use". Ports are handed out from a per-process starting point, each checked with a bind.
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     const LOW: u32 = 20_000;
