@@ -301,9 +301,7 @@ pub async fn serve_stream<D: Dispatch, S: AsyncRead + AsyncWrite + Unpin>(
                     dispatch.in_flight().leave();
                     return;
                 }
-                let r =
-                    RequestQueue::run_in_slot(slot, dispatch.handle(&mut conn, payload))
-                        .await;
+                let r = RequestQueue::run_in_slot(slot, dispatch.handle(&mut conn, payload)).await;
                 dispatch.in_flight().leave();
                 // The request's bytes are dropped with its handler: its memory goes back.
                 drop(lease);

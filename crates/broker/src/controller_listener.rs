@@ -22,9 +22,9 @@ use tokio::sync::watch;
 use crate::config::BrokerConfig;
 use crate::connection::{ConnectionInfo, Dispatch, InFlight};
 use crate::handlers::registry::HandlerResult;
-use crate::request_queue::RequestQueue;
 use crate::handlers::{self, HandleError, ParsedRequest};
 use crate::listeners::ListenerScope;
+use crate::request_queue::RequestQueue;
 use crate::server::Broker;
 
 pub struct ControllerDispatch {
@@ -41,15 +41,13 @@ pub struct ControllerDispatch {
 }
 
 impl ControllerDispatch {
-    async fn dispatch(
-        &self,
-        conn: &mut ConnectionInfo,
-        payload: Bytes,
-    ) -> HandlerResult {
+    async fn dispatch(&self, conn: &mut ConnectionInfo, payload: Bytes) -> HandlerResult {
         match handlers::parse_request(&payload, ListenerScope::Controller)? {
-            ParsedRequest::Raft { header, body } => handlers::raft::handle(&self.raft, header, body)
-                .await
-                .map(|r| r.map(Into::into)),
+            ParsedRequest::Raft { header, body } => {
+                handlers::raft::handle(&self.raft, header, body)
+                    .await
+                    .map(|r| r.map(Into::into))
+            }
             parsed => {
                 if *self.broker_stop.borrow() {
                     return Err(HandleError::ShuttingDown);

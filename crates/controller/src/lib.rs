@@ -40,8 +40,7 @@ pub use broker_registration::BrokerRegistration;
 pub use controller::log_dirs;
 pub use controller::{
     ControllerError, CreatePartitionsSpec, CreateTopicSpec, HeartbeatReply, ProducerIdBlock,
-    QuorumController,
-    PRODUCER_ID_BLOCK_SIZE,
+    QuorumController, PRODUCER_ID_BLOCK_SIZE,
 };
 pub use delta::{LocalPartition, LocalReplicaChanges, MetadataDelta, RemovedTopic};
 pub use image::{BrokerInfo, MetadataImage, PartitionRegistration, TopicImage};

@@ -174,7 +174,10 @@ impl LocalCluster {
             .args(args)
             .stdin(Stdio::null())
             .output()
-            .map_err(LaunchError::io(format!("running {} {args:?}", self.exe.display())))?;
+            .map_err(LaunchError::io(format!(
+                "running {} {args:?}",
+                self.exe.display()
+            )))?;
         if !out.status.success() {
             return Err(LaunchError::Invalid(format!(
                 "{} {args:?} failed: {}",

@@ -120,7 +120,8 @@ pub fn kill_lose_restart(
     cluster.procs.kill(n)?;
     let what = lose(&cluster.node_dir(n), loss, topics, partition)?;
     nem.log(&format!("node {n}: {what}; restart it at once"));
-    cluster.spawn(n)
+    cluster.spawn(n)?;
+    Ok(())
 }
 
 /// The partition the scripted run hits.

@@ -238,10 +238,9 @@ async fn experiment(args: &NemesisArgs, seed: u64) -> anyhow::Result<()> {
         "group.consumer.min.heartbeat.interval.ms=500".to_string(),
     ];
     if args.unsafe_lost_data {
-        set.push(format!(
-            "{}=true",
-            strom_broker::server::UNSAFE_TRUST_RESTARTED_BROKERS
-        ));
+        // The broker's `server::UNSAFE_TRUST_RESTARTED_BROKERS` (the harness talks to the
+        // brokers as processes and does not link them).
+        set.push("strom.unsafe.trust.restarted.brokers=true".to_string());
     }
     let placement = lab.as_ref().map(|l| l.placement()).unwrap_or_default();
     let mut cluster = crate::launch_strom(&dir, NODES, &set, placement)?;
