@@ -75,12 +75,7 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 fn pid(c: &Cluster, node: i32) -> u32 {
-    c.nodes
-        .iter()
-        .find(|n| n.id == node)
-        .and_then(|n| n.child.as_ref())
-        .expect("running node")
-        .id()
+    c.pid(node)
 }
 
 /// Writes up to `n` zero bytes, stopping at the first error (the node closed the connection).

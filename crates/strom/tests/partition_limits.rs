@@ -525,11 +525,7 @@ fn huge_partition_counts_single_node() {
 fn huge_partition_counts_three_nodes() {
     let c = Cluster::start(3);
     common::cluster::wait_all_registered(&c, 3);
-    let pids: Vec<u32> = c
-        .nodes
-        .iter()
-        .map(|n| n.child.as_ref().unwrap().id())
-        .collect();
+    let pids: Vec<u32> = c.nodes.iter().map(|n| c.pid(n.id)).collect();
     let dogs: Vec<RssWatchdog> = pids.iter().map(|&p| RssWatchdog::watch(p)).collect();
     let check = |label: &str| {
         for (dog, &pid) in dogs.iter().zip(&pids) {

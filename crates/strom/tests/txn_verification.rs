@@ -488,13 +488,7 @@ fn a_remote_coordinator_verifies_and_adds_partitions() {
 
 /// Sends `sig` (`-STOP`, `-CONT`) to node `id`'s process.
 fn signal_node(c: &Cluster, id: i32, sig: &str) {
-    let pid = c
-        .nodes
-        .iter()
-        .find(|n| n.id == id)
-        .and_then(|n| n.child.as_ref())
-        .expect("node running")
-        .id();
+    let pid = c.pid(id);
     let ok = std::process::Command::new("kill")
         .args([sig, &pid.to_string()])
         .status()
