@@ -41,7 +41,7 @@ impl ProducerIdBlockSource for Gate {
         self.requests.fetch_add(1, Ordering::SeqCst);
         Box::pin(async move {
             let answer = self.answers.lock().await.recv().await;
-            answer.unwrap_or_else(|| Err(ControllerError::NotController { leader: None }))
+            answer.unwrap_or(Err(ControllerError::NotController { leader: None }))
         })
     }
 }
@@ -69,7 +69,10 @@ async fn a_slow_controller_never_blocks_a_caller() {
         settle().await;
     }
     assert_eq!(gate.requests(), 1);
-    assert_eq!(NOT_READY.unwrap_err().code(), ErrorCode::CoordinatorLoadInProgress);
+    assert_eq!(
+        NOT_READY.unwrap_err().code(),
+        ErrorCode::CoordinatorLoadInProgress
+    );
 
     answers.send(Ok(block(0, 10))).unwrap();
     settle().await;
@@ -77,7 +80,11 @@ async fn a_slow_controller_never_blocks_a_caller() {
         assert_eq!(m.generate_producer_id(), Ok(id));
     }
     settle().await;
-    assert_eq!(gate.requests(), 1, "nothing requested before 90% of the block");
+    assert_eq!(
+        gate.requests(),
+        1,
+        "nothing requested before 90% of the block"
+    );
     // The ninth id uses 90%: the next block is requested, in the background.
     assert_eq!(m.generate_producer_id(), Ok(8));
     settle().await;

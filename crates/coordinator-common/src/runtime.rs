@@ -955,9 +955,7 @@ async fn serve<S: CoordinatorShard>(
                 true
             }
             Event::Write(op) => st.run_write(tp, writer, None, op),
-            Event::TransactionalWrite(producer, op) => {
-                st.run_write(tp, writer, Some(producer), op)
-            }
+            Event::TransactionalWrite(producer, op) => st.run_write(tp, writer, Some(producer), op),
             Event::CompleteTransaction {
                 producer,
                 coordinator_epoch,

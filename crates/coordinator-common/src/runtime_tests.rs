@@ -457,7 +457,10 @@ async fn a_foreign_write_reloads_the_shard_from_the_log() {
     {
         let writer = Writer(p.clone());
         let foreign = |k: &str, v: &[u8]| {
-            let record = (Bytes::copy_from_slice(k.as_bytes()), Some(Bytes::copy_from_slice(v)));
+            let record = (
+                Bytes::copy_from_slice(k.as_bytes()),
+                Some(Bytes::copy_from_slice(v)),
+            );
             Entry::Record(record, None)
         };
         writer
@@ -478,7 +481,11 @@ async fn a_foreign_write_reloads_the_shard_from_the_log() {
     assert_eq!(committed(&rt, "c").await, None);
     assert_eq!(committed(&rt, "a").await, Some(2));
     assert_eq!(increment(&rt, "a").await, Ok(3));
-    assert_eq!(p.log.lock().len(), 5, "appends continue after the reloaded log");
+    assert_eq!(
+        p.log.lock().len(),
+        5,
+        "appends continue after the reloaded log"
+    );
     assert_eq!(
         p.log.lock()[4],
         Entry::Record(

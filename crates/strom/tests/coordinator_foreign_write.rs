@@ -172,7 +172,10 @@ fn a_foreign_write_to_the_offsets_topic_does_not_take_the_group_offline() {
     // The next commit finds the log moved under the coordinator: it is answered NOT_COORDINATOR
     // and the shard reloads; before the fix every later request got NOT_COORDINATOR until the
     // partition's leadership moved (never, on one node).
-    assert_eq!(settled("commit after the foreign write", || commit(&mut c, 2, 9)), 0);
+    assert_eq!(
+        settled("commit after the foreign write", || commit(&mut c, 2, 9)),
+        0
+    );
     let mut offsets = Err(0);
     settled("fetch", || {
         offsets = fetch(&mut c);
