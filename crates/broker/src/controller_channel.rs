@@ -260,7 +260,7 @@ impl ControllerChannel {
         })
     }
 
-    /// Topic auto-creation (Metadata, Produce): through the active controller, errors ignored
+    /// Topic auto-creation (Metadata, FindCoordinator): through the active controller, errors logged
     /// as Kafka's AutoTopicCreationManager does (the client retries its metadata).
     pub async fn create_topics(&self, specs: &[CreateTopicSpec]) {
         if self.controller.is_active() {

@@ -340,6 +340,7 @@ impl Server {
         // The transaction coordinator likewise; its markers go to partition leaders over a
         // channel of their own.
         let producer_ids = Arc::new(ProducerIdManager::new(channel.clone()));
+        producer_ids.prefetch();
         let transaction_coordinator =
             crate::coordinator::transactions::start_transaction_coordinator(
                 &config.props,

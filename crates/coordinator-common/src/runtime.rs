@@ -17,7 +17,11 @@
 //! **Lifecycle**: [`CoordinatorRuntime::schedule_load`] on becoming leader of a partition
 //! (the shard is rebuilt by replaying the partition from its log start; requests meanwhile get
 //! COORDINATOR_LOAD_IN_PROGRESS), [`CoordinatorRuntime::schedule_unload`] on losing it (the
-//! shard is dropped, pending responses and later requests get NOT_COORDINATOR).
+//! shard is dropped, pending responses and later requests get NOT_COORDINATOR). An append that
+//! lands at another offset than the shard expected (someone else wrote to the partition: a
+//! client allowed to produce to internal topics) fails its write with NOT_COORDINATOR and
+//! reloads the shard from the log at the same epoch, the foreign batch replayed if its records
+//! parse and skipped otherwise, as Kafka's runtime goes FAILED then LOADING.
 //!
 //! **Transactional writes** ([`CoordinatorRuntime::transactional_write`], Kafka's
 //! `scheduleTransactionalWriteOperation`): the records of a write made for a producer's
@@ -671,7 +675,7 @@ struct Running<S: CoordinatorShard> {
 }
 
 impl<S: CoordinatorShard> Running<S> {
-    /// Runs one write; `false` when the shard must stop (its view of the log is wrong).
+    /// Runs one write; `false` when the shard must be reloaded (its view of the log is wrong).
     fn run_write(
         &mut self,
         tp: &TopicPartition,
@@ -723,7 +727,7 @@ impl<S: CoordinatorShard> Running<S> {
     }
 
     /// Replays and appends an end-transaction marker (Kafka's `completeTransaction`); `false`
-    /// when the shard must stop.
+    /// when the shard must be reloaded.
     fn complete_transaction(
         &mut self,
         tp: &TopicPartition,
@@ -776,13 +780,13 @@ impl<S: CoordinatorShard> Running<S> {
             }
             Ok(res) => {
                 // Someone else wrote to the partition: this shard's view of it is wrong. Keep
-                // the records (they are in the log), but stop serving: the next load rebuilds
-                // from the log.
+                // the records (they are in the log); the caller reloads the shard from the log
+                // and this write's caller gets NOT_COORDINATOR, as in Kafka.
                 tracing::error!(
                     ?tp,
                     expected = offset,
                     got = res.base_offset,
-                    "coordinator partition written by another writer"
+                    "coordinator partition written by another writer; reloading it"
                 );
                 done(Err(CoordinatorError::NotCoordinator(tp.clone())));
                 false
@@ -817,15 +821,61 @@ async fn run_shard<S: CoordinatorShard>(
     mut events: mpsc::UnboundedReceiver<Event<S>>,
 ) {
     let loader = rt.loader.clone();
-    let timer = CoordinatorTimer::new(own_events);
-    let mut shard = (rt.new_shard)(ShardContext {
-        tp: tp.clone(),
-        epoch,
-        timer: timer.clone(),
-        clock: rt.clock.clone(),
-    });
     let writer = rt.writer.clone();
+    let new_shard = rt.new_shard.clone();
+    let clock = rt.clock.clone();
+    // The runtime owns this task's handle: the task must not keep the runtime alive.
     drop(rt);
+    let timer = CoordinatorTimer::new(own_events);
+    loop {
+        let shard = new_shard(ShardContext {
+            tp: tp.clone(),
+            epoch,
+            timer: timer.clone(),
+            clock: clock.clone(),
+        });
+        let Some(mut st) = load_shard(shard, &loader, &tp, epoch).await else {
+            *status.lock() = Status::Failed;
+            return;
+        };
+        *status.lock() = Status::Active;
+        let stop = serve(&mut st, &tp, writer.as_ref(), &mut events).await;
+        if stop == Stop::OutOfSync {
+            // Kafka's `CoordinatorRuntime` (FAILED, then LOADING at the same epoch): the shard's
+            // view of the log is wrong (a batch it did not write, e.g. a Produce from a client
+            // allowed to write internal topics), so it is rebuilt from the log, that batch
+            // included. Requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS.
+            *status.lock() = Status::Loading;
+        }
+        // Whatever waits for the high watermark will not get it from this shard.
+        timer.cancel_all();
+        for (_, done) in st.deferred.drain(..) {
+            done(Err(CoordinatorError::NotCoordinator(tp.clone())));
+        }
+        if stop == Stop::Unloaded {
+            return;
+        }
+        tracing::warn!(?tp, epoch, "reloading the coordinator shard from the log");
+    }
+}
+
+/// Why a shard stopped serving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// Unloaded, or every sender is gone.
+    Unloaded,
+    /// An append landed elsewhere than this shard expected.
+    OutOfSync,
+}
+
+/// Rebuilds `shard` by replaying `tp` from its log start; `None` when the log cannot be read.
+async fn load_shard<S: CoordinatorShard>(
+    mut shard: S,
+    loader: &Arc<dyn CoordinatorLoader>,
+    tp: &TopicPartition,
+    epoch: i32,
+) -> Option<Running<S>> {
+    let loader = loader.clone();
     // Loading reads the log: blocking I/O, off the async threads.
     let load_tp = tp.clone();
     let loaded = tokio::task::spawn_blocking(move || {
@@ -860,13 +910,11 @@ async fn run_shard<S: CoordinatorShard>(
         Ok(Ok(v)) => v,
         Ok(Err(e)) => {
             tracing::warn!(?tp, epoch, error = %e, "coordinator load failed");
-            *status.lock() = Status::Failed;
-            return;
+            return None;
         }
         Err(e) => {
             tracing::warn!(?tp, epoch, error = %e, "coordinator load panicked");
-            *status.lock() = Status::Failed;
-            return;
+            return None;
         }
     };
     let mut st = Running {
@@ -885,50 +933,41 @@ async fn run_shard<S: CoordinatorShard>(
         skipped,
         "coordinator loaded"
     );
-    *status.lock() = Status::Active;
+    Some(st)
+}
 
+/// Runs the shard's events until it is unloaded or finds the log out of sync with it.
+async fn serve<S: CoordinatorShard>(
+    st: &mut Running<S>,
+    tp: &TopicPartition,
+    writer: &dyn PartitionWriter,
+    events: &mut mpsc::UnboundedReceiver<Event<S>>,
+) -> Stop {
     while let Some(event) = events.recv().await {
-        match event {
-            Event::HighWatermark(hw) => st.advance_high_watermark(hw),
-            Event::Unload => break,
-            Event::Read(op) => op(&st.shard, st.high_watermark),
-            Event::Write(op) => {
-                if !st.run_write(&tp, writer.as_ref(), None, op) {
-                    *status.lock() = Status::Failed;
-                    break;
-                }
+        let in_sync = match event {
+            Event::HighWatermark(hw) => {
+                st.advance_high_watermark(hw);
+                true
             }
-            Event::TransactionalWrite(producer, op) => {
-                if !st.run_write(&tp, writer.as_ref(), Some(producer), op) {
-                    *status.lock() = Status::Failed;
-                    break;
-                }
+            Event::Unload => return Stop::Unloaded,
+            Event::Read(op) => {
+                op(&st.shard, st.high_watermark);
+                true
             }
+            Event::Write(op) => st.run_write(tp, writer, None, op),
+            Event::TransactionalWrite(producer, op) => st.run_write(tp, writer, Some(producer), op),
             Event::CompleteTransaction {
                 producer,
                 coordinator_epoch,
                 result,
                 done,
-            } => {
-                if !st.complete_transaction(
-                    &tp,
-                    writer.as_ref(),
-                    producer,
-                    coordinator_epoch,
-                    result,
-                    done,
-                ) {
-                    *status.lock() = Status::Failed;
-                    break;
-                }
-            }
+            } => st.complete_transaction(tp, writer, producer, coordinator_epoch, result, done),
+        };
+        if !in_sync {
+            return Stop::OutOfSync;
         }
     }
-    // Unloaded (or failed): whatever waits for the high watermark will not get it here.
-    timer.cancel_all();
-    for (_, done) in st.deferred.drain(..) {
-        done(Err(CoordinatorError::NotCoordinator(tp.clone())));
-    }
+    Stop::Unloaded
 }
 
 #[cfg(test)]

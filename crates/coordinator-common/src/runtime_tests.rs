@@ -441,6 +441,60 @@ async fn loading_rebuilds_the_state_and_answers_load_in_progress_meanwhile() {
     );
 }
 
+/// A batch the shard did not write (a client allowed to produce to internal topics) makes the
+/// next append land at an unexpected offset: that write answers NOT_COORDINATOR and the shard is
+/// reloaded from the log at the same epoch, the foreign records replayed when they parse and
+/// skipped otherwise (Kafka's `CoordinatorRuntime`: FAILED, then LOADING).
+#[tokio::test]
+async fn a_foreign_write_reloads_the_shard_from_the_log() {
+    let p = Arc::new(MemPartition::default());
+    p.auto_hw.store(true, Ordering::SeqCst);
+    let rt = runtime(&p);
+    rt.schedule_load(tp(), 4);
+    loaded(&rt).await;
+    assert_eq!(increment(&rt, "a").await, Ok(1));
+    // Someone else appends: one record that parses, one that does not (a 3-byte value).
+    {
+        let writer = Writer(p.clone());
+        let foreign = |k: &str, v: &[u8]| {
+            let record = (
+                Bytes::copy_from_slice(k.as_bytes()),
+                Some(Bytes::copy_from_slice(v)),
+            );
+            Entry::Record(record, None)
+        };
+        writer
+            .push(vec![
+                foreign("b", &7i64.to_be_bytes()),
+                foreign("c", b"bad"),
+            ])
+            .unwrap();
+    }
+    assert_eq!(
+        increment(&rt, "a").await.unwrap_err().code(),
+        ErrorCode::NotCoordinator,
+        "the write that found the log out of sync"
+    );
+    // Reloaded at the same epoch, with the foreign batch and the write that found it.
+    loaded(&rt).await;
+    assert_eq!(committed(&rt, "b").await, Some(7));
+    assert_eq!(committed(&rt, "c").await, None);
+    assert_eq!(committed(&rt, "a").await, Some(2));
+    assert_eq!(increment(&rt, "a").await, Ok(3));
+    assert_eq!(
+        p.log.lock().len(),
+        5,
+        "appends continue after the reloaded log"
+    );
+    assert_eq!(
+        p.log.lock()[4],
+        Entry::Record(
+            Counters::serialize(&Set("a".into(), Some(3))).unwrap(),
+            None
+        )
+    );
+}
+
 #[tokio::test]
 async fn unloading_answers_not_coordinator_to_pending_and_later_requests() {
     let p = Arc::new(MemPartition::default());

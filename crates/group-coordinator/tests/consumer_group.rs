@@ -37,7 +37,8 @@ fn topic(name: &str, n: i32) -> TopicImage {
         // A stable id per name, so an image with more partitions keeps the topic's id.
         id: Uuid::from_u64_pair(
             0x5157_0000,
-            name.bytes().fold(7u64, |h, b| h * 31 + b as u64),
+            name.bytes()
+                .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64)),
         ),
         num_partitions: n,
         partition_racks: BTreeMap::new(),
@@ -396,6 +397,33 @@ async fn a_regex_subscription_picks_up_a_created_topic() {
     bad.regex = Some("(".into());
     let r = svc.consumer_group_heartbeat(&ctx(1), bad.request()).await;
     assert_eq!(r.error_code, ErrorCode::InvalidRegularExpression.code());
+}
+
+/// A regex matches internal topics too: Kafka 4.4's `TopicRegexResolver` scans every topic of the
+/// metadata image and drops only those the member may not DESCRIBE (franz-go's
+/// `Test848RegexBrokerResolves` expects `__consumer_offsets` to be assigned).
+#[tokio::test(start_paused = true)]
+async fn a_regex_subscription_matches_internal_topics() {
+    let mem = MemPartitions::new();
+    let image = GroupMetadataImage::new([
+        topic("__consumer_offsets", 3),
+        topic("__transaction_state", 2),
+        topic("__share_group_state", 1),
+        topic("_schemas", 1),
+        topic("orders", 1),
+    ]);
+    let svc = service(&mem, Default::default(), image).await;
+    let mut a = Client::new("member-a", &[]);
+    a.regex = Some("__.*".into());
+    a.heartbeat(&svc).await;
+    assert_eq!(
+        a.owned,
+        Owned::from([
+            (tid("__consumer_offsets"), (0..3).collect()),
+            (tid("__transaction_state"), (0..2).collect()),
+            (tid("__share_group_state"), BTreeSet::from([0])),
+        ])
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -8,6 +8,7 @@ mod common;
 
 use std::collections::HashSet;
 use std::net::TcpStream;
+use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
@@ -20,18 +21,28 @@ use strom_protocol::kafka::protocol::StrBytes;
 use strom_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
+use strom_protocol::ErrorCode;
 
 const TOPIC: &str = "idem";
 const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 const INVALID_PRODUCER_EPOCH: i16 = 47;
 
+/// InitProducerId without a transactional id, retried while the broker waits for its next
+/// producer id block (COORDINATOR_LOAD_IN_PROGRESS, Kafka's `RPCProducerIdManager`), as clients do.
 fn init_producer_id(s: &mut TcpStream) -> (i64, i16) {
     let req = InitProducerIdRequest::default()
         .with_transactional_id(None)
         .with_transaction_timeout_ms(60_000);
-    let resp: InitProducerIdResponse = raw_call(s, ApiKey::InitProducerId, 4, &req);
-    assert_eq!(resp.error_code, 0);
-    (resp.producer_id.0, resp.producer_epoch)
+    for _ in 0..1000 {
+        let resp: InitProducerIdResponse = raw_call(s, ApiKey::InitProducerId, 4, &req);
+        if resp.error_code == ErrorCode::CoordinatorLoadInProgress.code() {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        assert_eq!(resp.error_code, 0);
+        return (resp.producer_id.0, resp.producer_epoch);
+    }
+    panic!("no producer id block arrived");
 }
 
 /// A batch of `n` records from producer `pid`/`epoch` starting at sequence `seq`.

@@ -85,13 +85,9 @@ pub struct BrokerProducerIds(pub Arc<ProducerIdManager>);
 
 impl ProducerIdSource for BrokerProducerIds {
     fn generate_producer_id(&self) -> BoxFuture<'_, Result<i64, ErrorCode>> {
-        Box::pin(async move {
-            self.0.generate_producer_id().await.map_err(|e| {
-                tracing::warn!(error = %e, "cannot allocate a producer id");
-                // Kafka's coordinator answers a failed block allocation so: the client retries.
-                ErrorCode::CoordinatorLoadInProgress
-            })
-        })
+        // Never waits for the controller: without a ready block the client is told to retry.
+        let id = self.0.generate_producer_id().map_err(|e| e.code());
+        Box::pin(std::future::ready(id))
     }
 }
 

@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use strom_protocol::kafka::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
-use strom_protocol::ErrorCode;
 
 use crate::server::Broker;
 
@@ -21,11 +20,13 @@ pub async fn handle(
     if req.transactional_id.is_some() {
         return super::transactions::init_producer_id(broker, req, version).await;
     }
-    match broker.producer_ids.generate_producer_id().await {
+    // Kafka's `TransactionCoordinator.handleInitProducerId` answers the producer id manager's
+    // error: COORDINATOR_LOAD_IN_PROGRESS while the next block is on its way.
+    match broker.producer_ids.generate_producer_id() {
         Ok(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
         Err(e) => {
-            tracing::warn!(error = %e, "cannot allocate a producer id");
-            resp.with_error_code(ErrorCode::CoordinatorNotAvailable.code())
+            tracing::debug!(error = %e, "no producer id ready");
+            resp.with_error_code(e.code().code())
         }
     }
 }

@@ -1,5 +1,7 @@
-//! Produce: validate the request shape, then append each partition's batch as leader. The batch
-//! stays bytes: only its header is read here and in storage. With acks=all the response waits
+//! Produce: validate the request shape, then append each partition's batch as leader. A topic
+//! that does not exist is answered UNKNOWN_TOPIC_OR_PARTITION and never created here: Kafka
+//! creates topics only from Metadata and FindCoordinator (`KafkaApis.handleProduceRequest`).
+//! The batch stays bytes: only its header is read here and in storage. With acks=all the response waits
 //! until each partition's HW covers its append ([`handle_async`]; see
 //! [`crate::replication::delayed_produce`]); `min.insync.replicas` is checked before the append
 //! (NOT_ENOUGH_REPLICAS, under the partition's lock with the append) and at completion
@@ -14,7 +16,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use strom_controller::{names, CreateTopicSpec};
+use strom_controller::names;
 use strom_protocol::batch::BatchIter;
 use strom_protocol::kafka::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
@@ -54,25 +56,6 @@ pub async fn handle_for_client(
     version: i16,
     internal_topics_allowed: bool,
 ) -> ProduceResponse {
-    if matches!(req.acks, -1..=1) && broker.config.auto_create_topics_enable {
-        let image = broker.image();
-        let missing: Vec<CreateTopicSpec> = req
-            .topic_data
-            .iter()
-            .filter(|t| image.topic(t.name.0.as_str()).is_none())
-            // The internal topics are created by their coordinators, with their own settings.
-            .filter(|t| !names::is_internal(t.name.0.as_str()))
-            .map(|t| CreateTopicSpec {
-                name: t.name.0.to_string(),
-                num_partitions: -1,
-                replication_factor: -1,
-                ..Default::default()
-            })
-            .collect();
-        if !missing.is_empty() {
-            broker.create_topics(&missing).await;
-        }
-    }
     if req.transactional_id.is_none() && has_transactional_records(&req) {
         // Kafka authorizes transactional batches by the request's transactional id; without
         // one, nothing is written.

@@ -168,23 +168,22 @@ pub(super) fn cancel_member_timers(env: &ShardEnv, group_id: &str, member_id: &s
     env.timer.cancel(&sync_timer_key(group_id, member_id));
 }
 
-/// Topic names a regex matches in the image, internal topics excluded. The whole name must
-/// match, as RE2J's `matches()`.
+/// Topic names a regex matches in the image. The whole name must match, as RE2J's `matches()`.
+/// Every topic of the image is a candidate, internal ones (`__consumer_offsets`, ...) included:
+/// Kafka's `TopicRegexResolver.resolveRegularExpressions` scans all topic names and removes only
+/// those the member may not DESCRIBE.
 pub(super) fn resolve_regex(
     regex: &str,
     image: &GroupMetadataImage,
 ) -> Result<BTreeSet<String>, String> {
     let re =
         regex_automata::meta::Regex::new(&format!("^(?:{regex})$")).map_err(|e| e.to_string())?;
+    // Authorization hook: once Strom has an authorizer, the matched topics the member's
+    // principal may not DESCRIBE are removed here (Kafka's `filterTopicDescribeAuthorizedTopics`);
+    // without one every matched topic stays, as in Kafka without `authorizer.class.name`.
     Ok(image
         .topics
         .keys()
-        .filter(|n| {
-            !matches!(
-                n.as_str(),
-                "__consumer_offsets" | "__transaction_state" | "__share_group_state"
-            )
-        })
         .filter(|n| re.is_match(n.as_str()))
         .cloned()
         .collect())
