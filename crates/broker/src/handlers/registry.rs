@@ -615,10 +615,10 @@ pub fn lookup(api_key: i16, scope: ListenerScope) -> Option<&'static ApiEntry> {
 
 /// The oldest Produce version ApiVersions advertises on a broker listener although only v3+
 /// is served: Kafka 4.x does the same (`ApiKeys.PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION`,
-/// KAFKA-18659) because librdkafka decides from Produce v0 being listed whether the broker
-/// supports gzip, snappy and lz4 (librdkafka issue 4956): without it, it silently produces
-/// those topics uncompressed. Clients negotiate the highest common version, so none sends
-/// v0-2 to a broker that lists v3+.
+/// KAFKA-18659) because librdkafka releases before the fix of its issue 4956 decide from
+/// Produce v0 being listed whether the broker supports gzip, snappy and lz4, and without it
+/// silently produce uncompressed batches (the librdkafka 2.12 the tests link is fixed). Clients
+/// negotiate the highest common version, so none sends v0-2 to a broker that lists v3+.
 pub const PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION: i16 = 0;
 
 /// `(api, min, max)` as ApiVersions on a listener of `scope` advertises them.
