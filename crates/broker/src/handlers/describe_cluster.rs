@@ -21,17 +21,19 @@ pub fn handle(broker: &Arc<Broker>, req: DescribeClusterRequest) -> DescribeClus
             .with_error_message(Some(str_bytes("The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER")));
     }
     let image = broker.image();
-    // Versions 0-1 list only unfenced brokers, as Kafka's `getAliveBrokerNodes`.
+    // Unfenced brokers only, as Kafka's `getAliveBrokerNodes`, unless a v2 request asks for
+    // the fenced ones too (KIP-1073: `include_fenced_brokers`, each marked `is_fenced`).
     let brokers = image
         .brokers
         .values()
-        .filter(|b| !b.fenced)
+        .filter(|b| req.include_fenced_brokers || !b.fenced)
         .map(|b| {
             DescribeClusterBroker::default()
                 .with_broker_id(BrokerId(b.node_id))
                 .with_host(str_bytes(&b.host))
                 .with_port(b.port)
                 .with_rack(b.rack.as_deref().map(str_bytes))
+                .with_is_fenced(req.include_fenced_brokers && b.fenced)
         })
         .collect();
     resp.with_cluster_id(str_bytes(&broker.cluster_id))

@@ -1,5 +1,6 @@
 //! ListOffsets: earliest (-2), latest (-1, the HW; the LSO for isolation_level 1), max
-//! timestamp (-3), earliest local (-4) and by timestamp.
+//! timestamp (-3), earliest local (-4), latest tiered (-5, none without tiered storage) and by
+//! timestamp. v10's `timeout_ms` bounds reads from remote storage, which Strom has not.
 
 use std::sync::Arc;
 
@@ -15,7 +16,21 @@ const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
+/// The highest offset in remote (tiered) storage (KIP-1005, v9+). Without tiered storage
+/// there is none: offset and timestamp -1, no epoch, no error, as Kafka's `UnifiedLog` answers
+/// for a log whose remote storage is off.
+const LATEST_TIERED: i64 = -5;
 const READ_COMMITTED: i8 = 1;
+
+/// The first ListOffsets version that knows a special timestamp.
+fn min_version_for(timestamp: i64) -> i16 {
+    match timestamp {
+        MAX_TIMESTAMP => 7,
+        EARLIEST_LOCAL => 8,
+        LATEST_TIERED => 9,
+        _ => 0,
+    }
+}
 
 pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     let topics = req
@@ -61,9 +76,17 @@ pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> Li
                     } else {
                         p.high_watermark()
                     };
+                    // A special timestamp older than the request's version is refused, as
+                    // Kafka 4.4 does (UNSUPPORTED_VERSION for -5 below v9).
+                    if lp.timestamp < 0 && version < min_version_for(lp.timestamp) {
+                        return resp
+                            .with_leader_epoch(-1)
+                            .with_error_code(ErrorCode::UnsupportedVersion.code());
+                    }
                     match lp.timestamp {
                         LATEST => resp.with_offset(last_fetchable),
                         EARLIEST | EARLIEST_LOCAL => resp.with_offset(p.log_start_offset()),
+                        LATEST_TIERED => resp.with_leader_epoch(-1),
                         MAX_TIMESTAMP => match p.with_log(|l| l.max_timestamp_and_offset()) {
                             Ok(Some(t)) => resp
                                 .with_offset(t.offset)

@@ -11,6 +11,9 @@
 //! once the transaction coordinator confirmed the partition is in the producer's transaction
 //! (Produce v3-v11) or added it (v12, transactions v2), with the verification guard taken
 //! before asking ([`verify_transactional_batches`], [`crate::txn_verification`]).
+//!
+//! Produce v13 names topics by id (KIP-516): the ids are resolved to names first
+//! ([`resolve_topic_ids`]) and the answer names them by id again.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -21,10 +24,11 @@ use strom_protocol::batch::BatchIter;
 use strom_protocol::kafka::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
-use strom_protocol::kafka::messages::{ProduceRequest, ProduceResponse};
+use strom_protocol::kafka::messages::{ProduceRequest, ProduceResponse, TopicName};
 use strom_protocol::ErrorCode;
 use strom_storage::verification::VerificationGuard;
 use strom_storage::{AppendOrigin, StorageError};
+use uuid::Uuid;
 
 use super::str_bytes;
 use crate::partition::{Partition, PartitionError};
@@ -51,6 +55,74 @@ pub const ADMIN_CLIENT_ID: &str = "__admin_client";
 /// (`__consumer_offsets`, `__transaction_state`) may be written: they belong to their
 /// coordinators, and a client's batch there would corrupt a coordinator's log.
 pub async fn handle_for_client(
+    broker: &Arc<Broker>,
+    mut req: ProduceRequest,
+    version: i16,
+    internal_topics_allowed: bool,
+) -> ProduceResponse {
+    if version < TOPIC_ID_VERSION {
+        return handle_named(broker, req, version, internal_topics_allowed).await;
+    }
+    let (ids, unknown) = resolve_topic_ids(broker, &mut req);
+    let mut resp = handle_named(broker, req, version, internal_topics_allowed).await;
+    for t in &mut resp.responses {
+        t.topic_id = ids.get(t.name.0.as_str()).copied().unwrap_or_default();
+    }
+    resp.responses.extend(unknown);
+    resp
+}
+
+/// The first Produce version that names topics by id instead of by name (KIP-516).
+const TOPIC_ID_VERSION: i16 = 13;
+
+/// Produce v13+: each topic id is resolved to its name from the metadata image, so everything
+/// after works on names as for older versions. A topic whose id is unknown (or the zero id) is
+/// answered UNKNOWN_TOPIC_ID on every partition and appended nowhere, as Kafka's
+/// `KafkaApis.handleProduceRequest` does for a request version that uses topic ids. Returns
+/// the ids by name (for the response, which names topics by id too) and the unknown topics'
+/// answers.
+fn resolve_topic_ids(
+    broker: &Arc<Broker>,
+    req: &mut ProduceRequest,
+) -> (HashMap<String, Uuid>, Vec<TopicProduceResponse>) {
+    let image = broker.image();
+    let mut ids = HashMap::new();
+    let mut unknown = Vec::new();
+    req.topic_data
+        .retain_mut(|t| match image.topic_by_id(&t.topic_id) {
+            Some(topic) => {
+                t.name = TopicName(str_bytes(&topic.name));
+                ids.insert(topic.name.clone(), topic.id);
+                true
+            }
+            None => {
+                let partitions = t
+                    .partition_data
+                    .iter()
+                    .map(|p| partition_error(p.index, ErrorCode::UnknownTopicId))
+                    .collect();
+                unknown.push(
+                    TopicProduceResponse::default()
+                        .with_topic_id(t.topic_id)
+                        .with_partition_responses(partitions),
+                );
+                false
+            }
+        });
+    (ids, unknown)
+}
+
+fn partition_error(index: i32, code: ErrorCode) -> PartitionProduceResponse {
+    PartitionProduceResponse::default()
+        .with_index(index)
+        .with_error_code(code.code())
+        .with_base_offset(-1)
+        .with_log_append_time_ms(-1)
+        .with_log_start_offset(-1)
+}
+
+/// Produce once every topic is named.
+async fn handle_named(
     broker: &Arc<Broker>,
     req: ProduceRequest,
     version: i16,
@@ -321,14 +393,7 @@ fn error_response(req: ProduceRequest, code: ErrorCode) -> ProduceResponse {
             let partitions = t
                 .partition_data
                 .iter()
-                .map(|p| {
-                    PartitionProduceResponse::default()
-                        .with_index(p.index)
-                        .with_error_code(code.code())
-                        .with_base_offset(-1)
-                        .with_log_append_time_ms(-1)
-                        .with_log_start_offset(-1)
-                })
+                .map(|p| partition_error(p.index, code))
                 .collect();
             TopicProduceResponse::default()
                 .with_name(t.name)

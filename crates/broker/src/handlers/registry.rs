@@ -202,37 +202,46 @@ fn decode_envelope(mut body: Bytes, version: i16) -> Result<(), String> {
 pub static REGISTRY: &[ApiEntry] = &[
     ApiEntry {
         key: ApiKey::Produce,
+        // v0-2 (message format 0/1) were removed in Kafka 4.0: a request at those versions
+        // closes the connection, as Kafka's. ApiVersions still advertises them, see
+        // [`PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION`].
         min_version: 3,
-        // v12: transactions v2 (KIP-890), the broker adds partitions to the transaction. v13
-        // (topic ids) is not served.
-        max_version: 12,
+        // v12: transactions v2 (KIP-890), the broker adds partitions to the transaction. v13:
+        // topics named by id (KIP-516).
+        max_version: 13,
         scopes: BROKER,
         forwardable: false,
         handle: produce,
         decode: decode_produce,
     },
+    // v17 (the follower's directory id, KIP-853) and v18 (the follower's high watermark,
+    // KIP-1166) add tagged fields only KRaft's own fetch uses; a broker ignores them, as Kafka's.
     ApiEntry {
         key: ApiKey::Fetch,
         min_version: 4,
-        max_version: 16,
+        max_version: 18,
         scopes: BROKER,
         forwardable: false,
         handle: fetch,
         decode: decode_fetch,
     },
+    // v9 adds the latest-tiered timestamp (-5), v10 a timeout for remote reads; v11 (Kafka
+    // 4.4) is beyond the generated structs.
     api!(
         ListOffsets,
         1,
-        8,
+        10,
         BROKER,
         forward = false,
         ListOffsetsRequest,
         |b, ctx, req, v| list_offsets::handle(b, req, v)
     ),
+    // v13 (KIP-1102) adds a top-level error code, only ever REBOOTSTRAP_REQUIRED, which a
+    // broker that knows its cluster never sends.
     api!(
         Metadata,
         0,
-        12,
+        13,
         BROKER,
         forward = false,
         MetadataRequest,
@@ -304,7 +313,7 @@ pub static REGISTRY: &[ApiEntry] = &[
     api!(
         DescribeCluster,
         0,
-        1,
+        2,
         BROKER,
         forward = false,
         DescribeClusterRequest,
@@ -670,13 +679,28 @@ pub fn lookup(api_key: i16, scope: ListenerScope) -> Option<&'static ApiEntry> {
         .find(|e| e.key as i16 == api_key && e.scopes.contains(scope))
 }
 
+/// The oldest Produce version ApiVersions advertises on a broker listener although only v3+
+/// is served: Kafka 4.x does the same (`ApiKeys.PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION`,
+/// KAFKA-18659) because librdkafka releases before the fix of its issue 4956 decide from
+/// Produce v0 being listed whether the broker supports gzip, snappy and lz4, and without it
+/// silently produce uncompressed batches (the librdkafka 2.12 the tests link is fixed). Clients
+/// negotiate the highest common version, so none sends v0-2 to a broker that lists v3+.
+pub const PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION: i16 = 0;
+
 /// `(api key, min, max)` as ApiVersions on a listener of `scope` advertises them: the Kafka
 /// APIs, then the private ones.
 pub fn api_versions(scope: ListenerScope) -> Vec<(i16, i16, i16)> {
     let kafka = REGISTRY
         .iter()
         .filter(|e| e.scopes.contains(scope))
-        .map(|e| (e.key as i16, e.min_version, e.max_version));
+        .map(|e| {
+            let min = if e.key == ApiKey::Produce && scope == ListenerScope::Broker {
+                PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION
+            } else {
+                e.min_version
+            };
+            (e.key as i16, min, e.max_version)
+        });
     let private = PRIVATE
         .iter()
         .filter(|e| e.scopes.contains(scope))
