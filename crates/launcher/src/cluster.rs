@@ -408,7 +408,20 @@ mod tests {
     #[test]
     fn a_node_that_never_listens_is_reported_with_its_log() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = LocalCluster::launch(LaunchOptions::new("false", dir.path(), 1)).unwrap();
+        // A binary whose tools work (the launcher formats every node first) but whose server
+        // exits at once.
+        let bin = dir.path().join("exits");
+        std::fs::write(
+            &bin,
+            "#!/bin/sh\ncase \"$1\" in\n  random-uuid) echo AAAAAAAAAAAAAAAAAAAAAA ;;\n  format) ;;\n  *) exit 1 ;;\nesac\n",
+        )
+        .unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let opts = LaunchOptions::new(bin.to_str().unwrap(), dir.path().join("c"), 1);
+        let mut c = LocalCluster::launch(opts).unwrap();
         let e = c.wait_listening(1, Duration::from_secs(5)).unwrap_err();
         assert!(
             matches!(

@@ -231,7 +231,17 @@ async fn ghost(bootstrap: &str, topic: &str, partition: i32, txn_id: &str, n: us
     let init = InitProducerIdRequest::default()
         .with_transactional_id(None)
         .with_transaction_timeout_ms(60_000);
-    let resp = conn.send(&init, 4).await.expect("InitProducerId");
+    // COORDINATOR_LOAD_IN_PROGRESS: no block of producer ids yet (just after start-up); retried
+    // as clients do.
+    let mut tries = 0;
+    let resp = loop {
+        let resp = conn.send(&init, 4).await.expect("InitProducerId");
+        if resp.error_code != 14 || tries == 200 {
+            break resp;
+        }
+        tries += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     assert_eq!(resp.error_code, 0);
     let pid = resp.producer_id.0;
     let req = ProduceRequest::default()

@@ -106,7 +106,11 @@ fn offset_for_leader_epoch_answers_from_the_epoch_cache() {
     assert_eq!(end_offset_for(&broker, 5, 0).0, 75);
     broker.kill();
     broker.restart();
-    assert_eq!(end_offset_for(&broker, 0, 0), (0, 0, 30));
+    // The restarted node is a new incarnation: fenced, then leader again in a later epoch
+    // (as Kafka's controller moves leadership of a fenced broker's partitions), so epoch 0 is
+    // asked without a current epoch and ends where the next one starts.
+    assert_eq!(end_offset_for(&broker, -1, 0), (0, 0, 30));
+    assert_eq!(end_offset_for(&broker, 0, 0).0, 74);
     assert!(list_files(&broker.partition_dir(TOPIC, 0))
         .iter()
         .any(|f| f == "leader-epoch-checkpoint"));

@@ -41,6 +41,7 @@ const TOPIC: &str = "rc";
 const NO_VERIFICATION: &str = "transaction.partition.verification.enable=false";
 const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
 const INVALID_PRODUCER_EPOCH: i16 = 47;
+const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const READ_COMMITTED: i8 = 1;
 
@@ -60,13 +61,21 @@ async fn connect_to(addr: &str) -> Connection {
     Connection::connect(addr, config).await.expect("connect")
 }
 
+/// A new idempotent producer id. COORDINATOR_LOAD_IN_PROGRESS (no block of ids fetched from the
+/// controller yet, just after start-up) is retried, as clients do.
 async fn producer_id(c: &Connection) -> i64 {
     let req = InitProducerIdRequest::default()
         .with_transactional_id(None)
         .with_transaction_timeout_ms(60_000);
-    let resp = c.send(&req, 4).await.unwrap();
-    assert_eq!(resp.error_code, 0);
-    resp.producer_id.0
+    for _ in 0..200 {
+        let resp = c.send(&req, 4).await.unwrap();
+        if resp.error_code != COORDINATOR_LOAD_IN_PROGRESS {
+            assert_eq!(resp.error_code, 0);
+            return resp.producer_id.0;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no producer id block after 10 s");
 }
 
 /// One batch of `n` records from `pid` (epoch 0) at sequence `seq`; `pid` -1: plain.
@@ -619,7 +628,7 @@ fn same_fetch_answers_as_kafka() {
 fn a_new_leader_has_the_same_lso_and_aborted_list() {
     use common::cluster::{self, Cluster};
     let mut c = Cluster::start_with(3, &[NO_VERIFICATION]);
-    cluster::create_topic(&c, &[1], TOPIC, 1, 3).unwrap();
+    cluster::create_topic_on_all(&c, &[1], TOPIC, 1, 3);
     let leader = cluster::eventually("a leader", || {
         let (_, _, leaders) = cluster::metadata(&c, 1, TOPIC);
         leaders.get(&0).copied().filter(|&l| l > 0)

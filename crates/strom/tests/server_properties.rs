@@ -215,8 +215,10 @@ fn kafka_server_properties_start_a_working_node() {
     assert!(!controller.contains(&(ApiKey::Produce as i16)));
     let hb = BrokerHeartbeatRequest::default().with_broker_id(BrokerId(1));
     let mut s = TcpStream::connect(("127.0.0.1", node.controller_port)).unwrap();
+    // Answered on the controller listener: the heartbeat names no broker epoch of node 1's
+    // incarnation, so it is STALE_BROKER_EPOCH, as Kafka's controller answers it.
     let resp: BrokerHeartbeatResponse = raw_call(&mut s, ApiKey::BrokerHeartbeat, 0, &hb);
-    assert_eq!(resp.error_code, 0);
+    assert_eq!(resp.error_code, 77, "STALE_BROKER_EPOCH");
     let mut s = TcpStream::connect(("127.0.0.1", node.port)).unwrap();
     write_frame(&mut s, &encode_request(ApiKey::BrokerHeartbeat, 0, 1, &hb)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

@@ -23,8 +23,10 @@ fn records(dir: &tempfile::TempDir) -> (UnifiedLog, Vec<FileRecords>) {
     };
     let mut log = UnifiedLog::open(&dir.path().join("t-0"), config, 0, true).unwrap();
     for i in 0..12 {
-        let b = strom_protocol::testing::value_batch(1 + i % 3, 1_700_000_000_000 + i as i64);
-        log.append_as_leader(&b, 0, AppendOrigin::Client, 0)
+        let ts = 1_700_000_000_000 + i as i64;
+        let b = strom_protocol::testing::value_batch(1 + i % 3, ts);
+        // Appended at the batch's own time: the validator checks timestamps against the clock.
+        log.append_as_leader(&b, 0, AppendOrigin::Client, ts)
             .unwrap();
     }
     let end = log.log_end_offset();

@@ -191,6 +191,27 @@ pub fn create_topic(
         .map_err(|(_, code)| format!("{code:?}"))
 }
 
+/// [`create_topic`] with a replication factor the cluster can meet once every node is
+/// registered and unfenced: INVALID_REPLICATION_FACTOR (a node not yet unfenced in the active
+/// controller's view, e.g. right after start-up on a loaded machine) is asked again, up to 30 s.
+pub fn create_topic_on_all(c: &Cluster, via: &[i32], name: &str, partitions: i32, rf: i32) {
+    let mut asked = false;
+    eventually(
+        &format!("{name} created with replication factor {rf}"),
+        || {
+            let r = create_topic(c, via, name, partitions, rf);
+            let again = std::mem::replace(&mut asked, true);
+            match r {
+                Ok(()) => Some(()),
+                // An earlier try that failed on the client's side may have created it.
+                Err(e) if again && e.contains("TopicAlreadyExists") => Some(()),
+                Err(e) if e.contains("InvalidReplicationFactor") => None,
+                Err(e) => panic!("create {name}: {e}"),
+            }
+        },
+    )
+}
+
 pub fn produce(c: &Cluster, topic: &str, n: usize) {
     let p: ThreadedProducer<DefaultProducerContext> = c
         .config(&[1, 2, 3])
