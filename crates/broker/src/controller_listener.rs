@@ -38,13 +38,15 @@ pub struct ControllerDispatch {
     pub(crate) broker: watch::Receiver<Option<Arc<Broker>>>,
     /// The broker's stop signal: after it only Raft is served.
     pub(crate) broker_stop: watch::Receiver<bool>,
+    /// The authorizer, for Raft (the other APIs ask the broker's, the same one).
+    pub(crate) auth: strom_server_common::authorizer::AuthHelper,
 }
 
 impl ControllerDispatch {
     async fn dispatch(&self, conn: &mut ConnectionInfo, payload: Bytes) -> HandlerResult {
         match handlers::parse_request(&payload, ListenerScope::Controller)? {
             ParsedRequest::Raft { header, body } => {
-                handlers::raft::handle(&self.raft, header, body)
+                handlers::raft::handle(&self.raft, &self.auth, conn, header, body)
                     .await
                     .map(|r| r.map(Into::into))
             }

@@ -10,6 +10,7 @@
 //! - [`replica_manager`] / [`partition`]: hosted partitions, their logs, HW, the fetch path.
 //! - [`purgatory`]: delayed operations (acks=all produce, fetch long-poll, DeleteRecords; later
 //!   join / sync / heartbeat and transaction markers), completed on events or timeouts.
+//! - [`disk_io`]: appends (which may roll segments and fsync) run off the async workers.
 //! - [`config`]: Kafka-named broker properties and per-topic log configs.
 //! - [`meta_properties`]: the log dirs' `meta.properties`, `strom format`, and their check at
 //!   start-up (unformatted or foreign dirs refused).
@@ -23,6 +24,7 @@ pub mod controller_channel;
 pub mod controller_listener;
 pub mod coordinator;
 pub mod directory_assignments;
+pub mod disk_io;
 pub mod handlers;
 pub mod inter_broker;
 pub mod listeners;
@@ -47,7 +49,7 @@ use base64::Engine;
 use uuid::Uuid;
 
 pub use request_context::RequestContext;
-pub use server::{Broker, Server};
+pub use server::{Broker, Plugins, Server};
 
 /// Kafka prints topic and cluster ids as URL-safe base64 without padding.
 pub fn topic_id_string(id: &Uuid) -> String {

@@ -13,33 +13,12 @@ use std::sync::Arc;
 use strom_protocol::kafka::messages::{ApiKey, RequestHeader};
 use strom_protocol::kafka::protocol::StrBytes;
 
+use strom_server_common::authorizer::AuthorizableRequestContext;
+
 use crate::listeners::{ListenerScope, SecurityProtocol};
 
-/// Kafka's `KafkaPrincipal`: `type:name`, e.g. `User:ANONYMOUS`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KafkaPrincipal {
-    pub principal_type: String,
-    pub name: String,
-    /// Authenticated with a delegation token (carried through an Envelope).
-    pub token_authenticated: bool,
-}
-
-impl KafkaPrincipal {
-    /// The principal of every connection until SASL or TLS client authentication exists.
-    pub fn anonymous() -> Self {
-        Self {
-            principal_type: "User".into(),
-            name: "ANONYMOUS".into(),
-            token_authenticated: false,
-        }
-    }
-}
-
-impl std::fmt::Display for KafkaPrincipal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.principal_type, self.name)
-    }
-}
+/// Kafka's `KafkaPrincipal`, shared with the authorizer and quota interfaces.
+pub use strom_server_common::KafkaPrincipal;
 
 /// KIP-511's client software name and version, from ApiVersions v3+; `unknown` until then.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +87,43 @@ impl RequestContext {
             client_information: ClientInformation::default(),
             forwarded: false,
         }
+    }
+}
+
+/// What the authorizer sees of a request (Kafka's `RequestContext` is its
+/// `AuthorizableRequestContext`). A forwarded request shows the original client's principal and
+/// address.
+impl AuthorizableRequestContext for RequestContext {
+    fn listener_name(&self) -> &str {
+        &self.listener.name
+    }
+
+    fn security_protocol_name(&self) -> &'static str {
+        self.listener.security_protocol.name()
+    }
+
+    fn principal(&self) -> &KafkaPrincipal {
+        &self.principal
+    }
+
+    fn client_address(&self) -> SocketAddr {
+        self.client_address
+    }
+
+    fn request_type(&self) -> i16 {
+        self.header.request_api_key
+    }
+
+    fn request_version(&self) -> i16 {
+        self.api_version
+    }
+
+    fn client_id(&self) -> &str {
+        RequestContext::client_id(self)
+    }
+
+    fn correlation_id(&self) -> i32 {
+        self.header.correlation_id
     }
 }
 

@@ -11,6 +11,7 @@ use parking_lot::RwLock;
 use strom_controller::controller::TopicDefaults;
 use strom_controller::{ControllerError, MetadataImage, QuorumController};
 use strom_raft::QuorumConfig;
+use strom_server_common::authorizer::AuthHelper;
 use strom_storage::StorageError;
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -86,6 +87,18 @@ pub struct Broker {
     /// `queued.max.requests` and `queued.max.request.bytes` across the broker listeners'
     /// connections (the controller listener has its own, as Kafka's controller `SocketServer`).
     pub(crate) request_queue: crate::request_queue::RequestQueue,
+    /// The configured authorizer, asked by every handler that Kafka's asks (the broker-to-broker
+    /// and controller APIs need CLUSTER_ACTION); allows everything unless one is configured.
+    pub auth: AuthHelper,
+}
+
+/// What a server is started with beyond its configuration: the pluggable parts Kafka loads by
+/// class name (`authorizer.class.name`).
+#[derive(Clone, Default)]
+pub struct Plugins {
+    /// Asked on every request that Kafka authorizes; [`strom_server_common::authorizer::AllowAll`]
+    /// (Kafka with no authorizer configured) by default.
+    pub auth: AuthHelper,
 }
 
 impl Broker {
@@ -160,7 +173,15 @@ async fn bind(e: &EndPoint) -> Result<TcpListener, ServerError> {
 }
 
 impl Server {
-    pub async fn start(mut config: BrokerConfig) -> Result<Self, ServerError> {
+    pub async fn start(config: BrokerConfig) -> Result<Self, ServerError> {
+        Self::start_with(config, Plugins::default()).await
+    }
+
+    /// [`Server::start`] with pluggable parts other than the defaults.
+    pub async fn start_with(
+        mut config: BrokerConfig,
+        plugins: Plugins,
+    ) -> Result<Self, ServerError> {
         crate::log_manager::raise_open_files_limit();
         // Every log dir and the metadata log dir are locked and formatted (Kafka's
         // `metadata.log.dir` defaults to the first log dir).
@@ -227,6 +248,7 @@ impl Server {
                     raft: service,
                     broker: broker_rx,
                     broker_stop: stop_rx.clone(),
+                    auth: plugins.auth.clone(),
                 });
                 tokio::spawn(accept_loop(
                     dispatch,
@@ -417,6 +439,7 @@ impl Server {
             add_partitions_to_txn_manager,
             in_flight,
             request_queue,
+            auth: plugins.auth,
         });
         // Kafka connections on the controller listener wait for this.
         let _ = broker_tx.send(Some(broker.clone()));

@@ -90,6 +90,7 @@ impl OffsetCheckpointFile {
                 .truncate(true)
                 .open(&tmp)?;
             f.write_all(text.as_bytes())?;
+            crate::slow_io::before_sync(&tmp);
             f.sync_all()?;
         }
         std::fs::rename(&tmp, &self.path)?;
@@ -107,6 +108,7 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     } else {
         dir
     };
+    crate::slow_io::before_sync(dir);
     File::open(dir)?.sync_all()
 }
 

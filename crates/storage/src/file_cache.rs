@@ -305,6 +305,7 @@ impl FileSlot {
     /// Fsyncs the file if it was written since the last fsync (so clean files are not reopened).
     pub fn sync(&self) -> io::Result<()> {
         if self.dirty.swap(false, Ordering::AcqRel) {
+            crate::slow_io::before_sync(&self.path.lock());
             if let Err(e) = self.file().and_then(|f| f.sync_all()) {
                 self.dirty.store(true, Ordering::Relaxed);
                 return Err(e);

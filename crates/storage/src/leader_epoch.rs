@@ -145,6 +145,7 @@ impl LeaderEpochFileCache {
         }
         let tmp = self.path.with_extension("tmp");
         std::fs::write(&tmp, text)?;
+        crate::slow_io::before_sync(&tmp);
         std::fs::File::open(&tmp)?.sync_all()?;
         std::fs::rename(&tmp, &self.path)?;
         if let Some(dir) = self.path.parent() {

@@ -66,6 +66,7 @@ mod log_validator_tests;
 pub mod producer_state;
 mod reader;
 pub mod segment;
+pub mod slow_io;
 pub mod txn_index;
 pub mod verification;
 

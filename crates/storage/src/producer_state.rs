@@ -768,6 +768,7 @@ impl ProducerStateManager {
         let path = self.dir.join(snapshot_file_name(offset));
         let tmp = self.dir.join(format!("{}.tmp", snapshot_file_name(offset)));
         std::fs::write(&tmp, &bytes)?;
+        crate::slow_io::before_sync(&tmp);
         std::fs::File::open(&tmp)?.sync_all()?;
         std::fs::rename(&tmp, &path)?;
         self.snapshots.insert(offset, path);

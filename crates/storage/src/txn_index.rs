@@ -190,6 +190,7 @@ impl TransactionIndex {
         if !self.dirty.swap(false, Ordering::AcqRel) {
             return Ok(());
         }
+        crate::slow_io::before_sync(&self.path());
         match std::fs::File::open(self.path()) {
             Ok(f) => f.sync_all(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),

@@ -68,9 +68,17 @@ impl CoordinatorPartitions {
         now: i64,
     ) -> Result<AppendResult, WriteError> {
         let partition = self.partition(tp)?;
-        let info = partition
-            .append_records_to_leader(batch, AppendOrigin::Coordinator, -1, leader_epoch, now)
-            .map_err(|e| self.refused(&partition, e))?;
+        // The shard's task may block on the disk here: off the async workers.
+        let info = crate::disk_io::blocking(|| {
+            partition.append_records_to_leader(
+                batch,
+                AppendOrigin::Coordinator,
+                -1,
+                leader_epoch,
+                now,
+            )
+        })
+        .map_err(|e| self.refused(&partition, e))?;
         Ok(AppendResult {
             base_offset: info.first_offset,
             last_offset: info.last_offset,

@@ -15,31 +15,69 @@ use strom_protocol::kafka::messages::ResponseHeader;
 use strom_protocol::kafka::protocol::Encodable;
 use strom_storage::FileRecords;
 
+use strom_protocol::ErrorCode;
+use strom_server_common::authorizer::AclOperation;
+
 use super::{str_bytes, HandleError};
 use crate::partition::{FetchIsolation, PartitionFetch};
 use crate::replica_manager::fetch::{FetchParams, FetchPartitionRequest};
+use crate::request_context::RequestContext;
 use crate::response::ResponseFrame;
 use crate::server::Broker;
 
 const READ_COMMITTED: i8 = 1;
 
 /// The response, each partition's records left out (`None`), and those records in response
-/// order, for [`encode`] to put in place as file ranges.
+/// order, for [`encode`] to put in place as file ranges. Tests' entry: no authorizer asked.
+#[cfg(test)]
 pub async fn handle(
     broker: &Arc<Broker>,
     req: FetchRequest,
     version: i16,
 ) -> (FetchResponse, Vec<FileRecords>) {
-    // Fetch v15+ names the follower and its broker epoch in replica_state, earlier versions
-    // only the follower, in replica_id.
-    let (replica_id, replica_epoch) = if version >= 15 {
+    handle_authorized(broker, req, version, true).await
+}
+
+/// A Fetch as `ctx`'s principal: the response and its records, as `handle` answers them. A
+/// follower's fetch (one naming a replica) reads past the high watermark and moves the leader's
+/// ISR, so it needs CLUSTER_ACTION on the cluster: without it every partition answers
+/// TOPIC_AUTHORIZATION_FAILED (Kafka's `KafkaApis.handleFetchRequest`).
+pub async fn handle_for(
+    broker: &Arc<Broker>,
+    ctx: &RequestContext,
+    req: FetchRequest,
+    version: i16,
+) -> (FetchResponse, Vec<FileRecords>) {
+    let follower_authorized = replica_of(&req, version).0 < 0
+        || broker
+            .auth
+            .authorize_cluster(ctx, AclOperation::ClusterAction);
+    handle_authorized(broker, req, version, follower_authorized).await
+}
+
+/// Fetch v15+ names the follower and its broker epoch in replica_state, earlier versions only
+/// the follower, in replica_id; a consumer is replica -1.
+fn replica_of(req: &FetchRequest, version: i16) -> (i32, i64) {
+    if version >= 15 {
         (
             req.replica_state.replica_id.0,
             req.replica_state.replica_epoch,
         )
     } else {
         (req.replica_id.0, -1)
-    };
+    }
+}
+
+async fn handle_authorized(
+    broker: &Arc<Broker>,
+    req: FetchRequest,
+    version: i16,
+    follower_authorized: bool,
+) -> (FetchResponse, Vec<FileRecords>) {
+    let (replica_id, replica_epoch) = replica_of(&req, version);
+    if !follower_authorized {
+        return unauthorized_follower(&req);
+    }
     let replica_id = (replica_id >= 0).then_some(replica_id);
     let isolation = if replica_id.is_some() {
         FetchIsolation::LogEnd
@@ -143,6 +181,41 @@ pub async fn handle(
                 .with_topic(TopicName(str_bytes(
                     name.as_deref().unwrap_or(topic.topic.0.as_str()),
                 )))
+                .with_topic_id(topic.topic_id)
+                .with_partitions(partitions)
+        })
+        .collect();
+    let resp = FetchResponse::default()
+        .with_session_id(0)
+        .with_responses(topics);
+    (resp, records)
+}
+
+/// Every partition of a follower's fetch that may not fetch as a follower: Kafka's
+/// `FetchResponse.partitionResponse(tp, TOPIC_AUTHORIZATION_FAILED)` (no offsets, no records).
+fn unauthorized_follower(req: &FetchRequest) -> (FetchResponse, Vec<FileRecords>) {
+    let mut records = Vec::new();
+    let topics = req
+        .topics
+        .iter()
+        .map(|topic| {
+            let partitions = topic
+                .partitions
+                .iter()
+                .map(|fp| {
+                    records.push(FileRecords::default());
+                    PartitionData::default()
+                        .with_partition_index(fp.partition)
+                        .with_error_code(ErrorCode::TopicAuthorizationFailed.code())
+                        .with_high_watermark(-1)
+                        .with_last_stable_offset(-1)
+                        .with_log_start_offset(-1)
+                        .with_preferred_read_replica((-1).into())
+                        .with_records(None)
+                })
+                .collect();
+            FetchableTopicResponse::default()
+                .with_topic(topic.topic.clone())
                 .with_topic_id(topic.topic_id)
                 .with_partitions(partitions)
         })

@@ -1,7 +1,8 @@
 //! Broker-to-controller APIs, served on controller listeners only (Kafka's
 //! `controller.listener.names`): BrokerRegistration, BrokerHeartbeat, AlterPartition,
 //! AllocateProducerIds (KIP-730) and Envelope, which carries an admin request a broker forwards
-//! with its client's principal and address.
+//! with its client's principal and address. Each needs CLUSTER_ACTION on the cluster
+//! ([`cluster_action`]).
 
 use std::sync::Arc;
 
@@ -19,12 +20,34 @@ use strom_protocol::kafka::messages::{
 use bytes::Bytes;
 use strom_protocol::kafka::messages::{EnvelopeRequest, EnvelopeResponse};
 use strom_protocol::ErrorCode;
+use strom_server_common::authorizer::AclOperation;
 
 use super::registry::{decode_body, HandlerFuture};
 use super::{encode, parse_request, ParsedRequest};
 use crate::listeners::ListenerScope;
 use crate::request_context::{deserialize_principal, RequestContext};
 use crate::server::Broker;
+
+/// Whether the request may use a broker-to-controller API: CLUSTER_ACTION on the cluster, as
+/// Kafka's `ControllerApis` asks for BrokerRegistration, BrokerHeartbeat, AlterPartition,
+/// AllocateProducerIds, AssignReplicasToDirs and Envelope. A denied request answers
+/// CLUSTER_AUTHORIZATION_FAILED as its whole response.
+pub fn cluster_action(broker: &Broker, ctx: &RequestContext) -> Result<(), ErrorCode> {
+    if broker
+        .auth
+        .authorize_cluster(ctx, AclOperation::ClusterAction)
+    {
+        Ok(())
+    } else {
+        tracing::info!(
+            api = ?ctx.api_key,
+            principal = %ctx.principal,
+            client = %ctx.client_address,
+            "denied: CLUSTER_ACTION on the cluster"
+        );
+        Err(ErrorCode::ClusterAuthorizationFailed)
+    }
+}
 
 /// BrokerRegistration (Kafka's `ClusterControlManager.registerBroker`, see
 /// `strom_controller::broker_registration`): the broker epoch of the registered incarnation,
@@ -272,6 +295,14 @@ pub fn envelope<'a>(
 ) -> HandlerFuture<'a> {
     Box::pin(async move {
         let req: EnvelopeRequest = decode_body(&mut body, ctx)?;
+        // The forwarding broker must be allowed CLUSTER_ACTION (Kafka's
+        // `ControllerApis.handleEnvelopeRequest`); the embedded request is then authorized as
+        // the client it names.
+        if let Err(code) = cluster_action(broker, ctx) {
+            let resp = EnvelopeResponse::default().with_error_code(code.code());
+            return encode(ctx.api_key, ctx.api_version, ctx.correlation_id(), &resp)
+                .map(|b| Some(b.into()));
+        }
         let resp = match unwrap_envelope(ctx, req) {
             Ok((inner_ctx, entry, inner_body)) => {
                 tracing::debug!(

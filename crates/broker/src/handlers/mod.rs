@@ -5,6 +5,8 @@
 //! Each handler module maps internal errors to the codes its API uses.
 
 pub mod api_versions;
+#[cfg(test)]
+mod authz_tests;
 mod configs;
 mod delete_records;
 mod describe_cluster;
@@ -84,6 +86,9 @@ pub enum HandleError {
     Raft(#[from] strom_raft::QuorumError),
     #[error("error in a produce with acks=0: closing so the client notices")]
     AcksZeroFailure,
+    /// A private API whose principal lacks CLUSTER_ACTION (its wire has no error field).
+    #[error("{api}: CLUSTER_ACTION on the cluster denied")]
+    ClusterAuthorization { api: &'static str },
     /// The broker is shutting down and takes no new request.
     #[error("the broker is shutting down")]
     ShuttingDown,

@@ -154,7 +154,10 @@ async fn handle_named(
         };
     }
     let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
-    let (mut resp, pending) = append_all(broker, req, version, internal_topics_allowed, &verified);
+    // The appends may block on the disk (a roll, a flush): off the async workers.
+    let (mut resp, pending) = crate::disk_io::blocking(|| {
+        append_all(broker, req, version, internal_topics_allowed, &verified)
+    });
     if pending.is_empty() {
         return resp;
     }

@@ -187,7 +187,7 @@ fn fetch<'a>(
 ) -> HandlerFuture<'a> {
     Box::pin(async move {
         let req: FetchRequest = decode_body(&mut body, ctx)?;
-        let (resp, records) = fetch::handle(broker, req, ctx.api_version).await;
+        let (resp, records) = fetch::handle_for(broker, ctx, req, ctx.api_version).await;
         fetch::encode(ctx.api_version, ctx.correlation_id(), resp, records).map(Some)
     })
 }
@@ -326,7 +326,7 @@ pub static REGISTRY: &[ApiEntry] = &[
         BROKER,
         forward = false,
         WriteTxnMarkersRequest,
-        |b, ctx, req, v| write_txn_markers::handle(b, req).await
+        |b, ctx, req, v| write_txn_markers::handle_for(b, ctx, req).await
     ),
     api!(
         DescribeLogDirs,
@@ -576,7 +576,8 @@ pub static REGISTRY: &[ApiEntry] = &[
         ConsumerGroupDescribeRequest,
         |b, ctx, req, v| groups::consumer_group_describe(b, ctx, req).await
     ),
-    // Broker-to-controller APIs: controller listeners only.
+    // Broker-to-controller APIs: controller listeners only, and only for a principal with
+    // CLUSTER_ACTION (the whole request answers CLUSTER_AUTHORIZATION_FAILED otherwise).
     api!(
         BrokerRegistration,
         0,
@@ -584,7 +585,10 @@ pub static REGISTRY: &[ApiEntry] = &[
         CONTROLLER,
         forward = false,
         BrokerRegistrationRequest,
-        |b, ctx, req, v| internal::broker_registration(b, req, v).await
+        |b, ctx, req, v| match internal::cluster_action(b, ctx) {
+            Ok(()) => internal::broker_registration(b, req, v).await,
+            Err(code) => BrokerRegistrationResponse::default().with_error_code(code.code()),
+        }
     ),
     api!(
         BrokerHeartbeat,
@@ -593,7 +597,10 @@ pub static REGISTRY: &[ApiEntry] = &[
         CONTROLLER,
         forward = false,
         BrokerHeartbeatRequest,
-        |b, ctx, req, v| internal::broker_heartbeat(b, req).await
+        |b, ctx, req, v| match internal::cluster_action(b, ctx) {
+            Ok(()) => internal::broker_heartbeat(b, req).await,
+            Err(code) => BrokerHeartbeatResponse::default().with_error_code(code.code()),
+        }
     ),
     api!(
         AlterPartition,
@@ -602,7 +609,10 @@ pub static REGISTRY: &[ApiEntry] = &[
         CONTROLLER,
         forward = false,
         AlterPartitionRequest,
-        |b, ctx, req, v| internal::alter_partition(b, req, v).await
+        |b, ctx, req, v| match internal::cluster_action(b, ctx) {
+            Ok(()) => internal::alter_partition(b, req, v).await,
+            Err(code) => AlterPartitionResponse::default().with_error_code(code.code()),
+        }
     ),
     api!(
         AllocateProducerIds,
@@ -611,7 +621,10 @@ pub static REGISTRY: &[ApiEntry] = &[
         CONTROLLER,
         forward = false,
         AllocateProducerIdsRequest,
-        |b, ctx, req, v| internal::allocate_producer_ids(b, req).await
+        |b, ctx, req, v| match internal::cluster_action(b, ctx) {
+            Ok(()) => internal::allocate_producer_ids(b, req).await,
+            Err(code) => AllocateProducerIdsResponse::default().with_error_code(code.code()),
+        }
     ),
     api!(
         AssignReplicasToDirs,
@@ -620,7 +633,10 @@ pub static REGISTRY: &[ApiEntry] = &[
         CONTROLLER,
         forward = false,
         AssignReplicasToDirsRequest,
-        |b, ctx, req, v| internal::assign_replicas_to_dirs(b, req).await
+        |b, ctx, req, v| match internal::cluster_action(b, ctx) {
+            Ok(()) => internal::assign_replicas_to_dirs(b, req).await,
+            Err(code) => AssignReplicasToDirsResponse::default().with_error_code(code.code()),
+        }
     ),
     ApiEntry {
         key: ApiKey::Envelope,

@@ -17,11 +17,61 @@ use strom_protocol::kafka::messages::write_txn_markers_response::{
 use strom_protocol::kafka::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 use strom_protocol::memory_records::{end_txn_marker, TxnResult};
 use strom_protocol::ErrorCode;
+use strom_server_common::authorizer::AclOperation;
 use strom_storage::AppendOrigin;
 
 use crate::partition::{Partition, PartitionError};
 use crate::replication::{wait_for_acks, AckResult};
+use crate::request_context::RequestContext;
 use crate::server::Broker;
+
+/// WriteTxnMarkers as `ctx`'s principal. A marker ends transactions of any producer, so it needs
+/// ALTER on the cluster (an admin aborting a hanging transaction, KIP-664) or CLUSTER_ACTION (a
+/// transaction coordinator); without either every partition answers
+/// CLUSTER_AUTHORIZATION_FAILED (Kafka's `KafkaApis.handleWriteTxnMarkersRequest` and
+/// `WriteTxnMarkersRequest.getErrorResponse`).
+pub async fn handle_for(
+    broker: &Arc<Broker>,
+    ctx: &RequestContext,
+    req: WriteTxnMarkersRequest,
+) -> WriteTxnMarkersResponse {
+    if broker.auth.authorize_cluster(ctx, AclOperation::Alter)
+        || broker
+            .auth
+            .authorize_cluster(ctx, AclOperation::ClusterAction)
+    {
+        return handle(broker, req).await;
+    }
+    let code = ErrorCode::ClusterAuthorizationFailed.code();
+    let markers = req
+        .markers
+        .iter()
+        .map(|marker| {
+            let topics = marker
+                .topics
+                .iter()
+                .map(|topic| {
+                    let partitions = topic
+                        .partition_indexes
+                        .iter()
+                        .map(|&index| {
+                            WritableTxnMarkerPartitionResult::default()
+                                .with_partition_index(index)
+                                .with_error_code(code)
+                        })
+                        .collect();
+                    WritableTxnMarkerTopicResult::default()
+                        .with_name(topic.name.clone())
+                        .with_partitions(partitions)
+                })
+                .collect();
+            WritableTxnMarkerResult::default()
+                .with_producer_id(marker.producer_id)
+                .with_topics(topics)
+        })
+        .collect();
+    WriteTxnMarkersResponse::default().with_markers(markers)
+}
 
 /// Versions 1 and 2 (v2 adds each marker's transaction version; v1's markers are version 0).
 pub async fn handle(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse {
@@ -73,17 +123,19 @@ pub async fn handle(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> WriteT
                     );
                     continue;
                 }
-                let code: i16 = match append_marker(
-                    broker,
-                    &name,
-                    index,
-                    marker.producer_id.0,
-                    marker.producer_epoch,
-                    marker.coordinator_epoch,
-                    marker.transaction_version as i16,
-                    result,
-                    now,
-                ) {
+                let code: i16 = match crate::disk_io::blocking(|| {
+                    append_marker(
+                        broker,
+                        &name,
+                        index,
+                        marker.producer_id.0,
+                        marker.producer_epoch,
+                        marker.coordinator_epoch,
+                        marker.transaction_version as i16,
+                        result,
+                        now,
+                    )
+                }) {
                     Ok((partition, required_offset)) => {
                         pending.push((mi, ti, pi, partition, required_offset));
                         0

@@ -447,7 +447,7 @@ fn process_partition(st: &mut FetchState, pd: &PartitionData, now_ms: i64) -> Re
     if div.epoch >= 0 || div.end_offset >= 0 {
         let target = truncation_offset(&p, div.epoch, div.end_offset);
         tracing::info!(topic = %p.topic, partition = p.index, leader_epoch = div.epoch, leader_end_offset = div.end_offset, truncate_to = target, "diverging epoch: truncating");
-        p.truncate_to(target).map_err(|e| e.to_string())?;
+        crate::disk_io::blocking(|| p.truncate_to(target)).map_err(|e| e.to_string())?;
         st.fetch_offset = p.log_end_offset();
         return Ok(());
     }
@@ -458,7 +458,8 @@ fn process_partition(st: &mut FetchState, pd: &PartitionData, now_ms: i64) -> Re
     }
     let records = pd.records.as_deref().unwrap_or_default();
     if !records.is_empty() {
-        p.append_records_to_follower(records, now_ms)
+        // A follower's append rolls and flushes as the leader's does: off the async workers.
+        crate::disk_io::blocking(|| p.append_records_to_follower(records, now_ms))
             .map_err(|e| e.to_string())?;
         st.fetch_offset = p.log_end_offset();
     }
@@ -516,7 +517,7 @@ fn handle_out_of_range(
     let target = leader_hw.max(leader_log_start);
     if leader_hw >= 0 && target < leo {
         tracing::warn!(topic = %p.topic, partition = p.index, leo, leader_hw, "ahead of the leader: truncating to its HW");
-        p.truncate_to(target).map_err(|e| e.to_string())?;
+        crate::disk_io::blocking(|| p.truncate_to(target)).map_err(|e| e.to_string())?;
         st.fetch_offset = p.log_end_offset();
         return Ok(());
     }

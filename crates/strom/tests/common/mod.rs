@@ -68,8 +68,26 @@ impl Broker {
         Self::start_args(extra)
     }
 
+    /// Starts a broker with extra settings and environment variables (failpoints) from its
+    /// first start on.
+    pub fn start_with_env(settings: &[&str], env: &[(&str, &str)]) -> Broker {
+        let extra = settings
+            .iter()
+            .flat_map(|s| ["--set".to_string(), s.to_string()])
+            .collect();
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Self::start_args_env(extra, env)
+    }
+
     /// Starts a broker with arbitrary extra command-line arguments after the defaults.
     pub fn start_args(extra: Vec<String>) -> Broker {
+        Self::start_args_env(extra, Vec::new())
+    }
+
+    fn start_args_env(extra: Vec<String>, env: Vec<(String, String)>) -> Broker {
         let tmp = tempfile::Builder::new()
             .prefix("strom-it-")
             .tempdir()
@@ -97,7 +115,7 @@ impl Broker {
             extra,
             child: None,
             starts: 0,
-            env: Vec::new(),
+            env,
         };
         b.spawn_and_wait();
         b
