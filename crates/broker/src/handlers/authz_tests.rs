@@ -8,7 +8,6 @@
 //! connection runs it, against a broker started with an authorizer that denies the cluster
 //! operations named; the same requests with the default (allow-all) authorizer pass the check.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -26,7 +25,6 @@ use strom_server_common::authorizer::{
 };
 
 use super::{registry, HandleError};
-use crate::config::BrokerConfig;
 use crate::connection::ConnectionInfo;
 use crate::listeners::{ListenerScope, SecurityProtocol};
 use crate::request_context::{ListenerInfo, RequestContext};
@@ -72,22 +70,13 @@ impl Authorizer for DenyCluster {
 }
 
 async fn start(dir: &tempfile::TempDir, auth: Option<Arc<DenyCluster>>) -> (Server, Arc<Broker>) {
-    let config = BrokerConfig::new(
-        1,
-        "127.0.0.1:0".parse().unwrap(),
-        None,
-        dir.path().to_path_buf(),
-        BTreeMap::new(),
-    )
-    .unwrap();
-    crate::meta_properties::format(&config.log_dirs, config.node_id, "test-cluster", true).unwrap();
     let plugins = match auth {
         Some(a) => Plugins {
             auth: AuthHelper::new(a),
         },
         None => Plugins::default(),
     };
-    let server = Server::start_with(config, plugins).await.unwrap();
+    let server = super::test_server(dir, plugins).await;
     let b = server.broker();
     (server, b)
 }

@@ -283,6 +283,27 @@ fn encode<R: Encodable + HeaderVersion>(
     Ok(buf)
 }
 
+/// The handlers' tests' broker: a formatted single node on a fresh port and `dir`, started with
+/// `plugins` (not serving clients: the tests call the handlers).
+#[cfg(test)]
+pub(crate) async fn test_server(
+    dir: &tempfile::TempDir,
+    plugins: crate::server::Plugins,
+) -> crate::server::Server {
+    let config = crate::config::BrokerConfig::new(
+        1,
+        "127.0.0.1:0".parse().unwrap(),
+        None,
+        dir.path().to_path_buf(),
+        std::collections::BTreeMap::new(),
+    )
+    .unwrap();
+    crate::meta_properties::format(&config.log_dirs, config.node_id, "test-cluster", true).unwrap();
+    crate::server::Server::start_with(config, plugins)
+        .await
+        .unwrap()
+}
+
 pub(crate) fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }

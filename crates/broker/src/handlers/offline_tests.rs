@@ -44,16 +44,7 @@ fn name(s: &str) -> TopicName {
 }
 
 async fn start(dir: &tempfile::TempDir) -> (Server, Arc<Broker>) {
-    let config = BrokerConfig::new(
-        1,
-        "127.0.0.1:0".parse().unwrap(),
-        None,
-        dir.path().to_path_buf(),
-        BTreeMap::new(),
-    )
-    .unwrap();
-    crate::meta_properties::format(&config.log_dirs, config.node_id, "test-cluster", true).unwrap();
-    let server = Server::start(config).await.unwrap();
+    let server = super::test_server(dir, Default::default()).await;
     let b = server.broker();
     (server, b)
 }

@@ -5,7 +5,6 @@
 //! DeleteRecords answers on the follower fetch that brings the low watermark to its offset, or
 //! at its timeout.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +28,6 @@ use strom_storage::AppendOrigin;
 use tokio::time::Instant;
 
 use super::{delete_records, fetch, produce};
-use crate::config::BrokerConfig;
 use crate::partition::Partition;
 use crate::replication::LeaderAndIsr;
 use crate::server::Server;
@@ -61,16 +59,7 @@ fn one_record() -> Vec<u8> {
 
 /// A single-node broker (not serving: no chores run) hosting topic `t` with one partition.
 async fn broker(dir: &tempfile::TempDir) -> (Server, Arc<Partition>) {
-    let config = BrokerConfig::new(
-        1,
-        "127.0.0.1:0".parse().unwrap(),
-        None,
-        dir.path().to_path_buf(),
-        BTreeMap::new(),
-    )
-    .unwrap();
-    crate::meta_properties::format(&config.log_dirs, config.node_id, "test-cluster", true).unwrap();
-    let server = Server::start(config).await.unwrap();
+    let server = super::test_server(dir, Default::default()).await;
     let spec = CreateTopicSpec {
         name: "t".into(),
         num_partitions: 1,
