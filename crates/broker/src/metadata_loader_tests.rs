@@ -237,16 +237,7 @@ async fn a_stuck_publisher_does_not_block_raft_apply() {
 #[tokio::test]
 async fn auto_creation_on_the_active_controller_waits_for_the_publish() {
     let dir = tempfile::tempdir().unwrap();
-    let config = crate::config::BrokerConfig::new(
-        1,
-        "127.0.0.1:0".parse().unwrap(),
-        None,
-        dir.path().to_path_buf(),
-        std::collections::BTreeMap::new(),
-    )
-    .unwrap();
-    crate::meta_properties::format(&config.log_dirs, config.node_id, "test-cluster", true).unwrap();
-    let server = crate::server::Server::start(config).await.unwrap();
+    let server = crate::handlers::test_server(&dir, Default::default()).await;
     let broker = server.broker();
     // Hold the loader thread until the topic is replayed (the opener only runs when the
     // creating task yields, i.e. while it waits for the publish).
