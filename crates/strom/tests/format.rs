@@ -230,33 +230,49 @@ fn server_refuses_unformatted_and_foreign_dirs() {
 #[test]
 fn a_fresh_default_data_dir_is_formatted_by_the_server() {
     let dir = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
     for start in 0..2 {
         let port = free_port();
+        // The server's log is kept: a CI run once saw the connection closed with nothing to say
+        // why (a server that exited, or another process on the port).
+        let log_path = logs.path().join(format!("start-{start}.log"));
+        let log = std::fs::File::create(&log_path).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_strom"))
             .args(["server", "--listen", &format!("127.0.0.1:{port}")])
             .current_dir(dir.path())
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
             .spawn()
             .expect("spawn strom server");
+        let mut fail = |child: &mut std::process::Child, what: String| -> ! {
+            let status = child.try_wait().unwrap();
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "start {start}: {what} (server exit status: {status:?})\n--- server log ---\n{}",
+                std::fs::read_to_string(&log_path).unwrap_or_default()
+            );
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             if Instant::now() > deadline || child.try_wait().unwrap().is_some() {
-                let _ = child.kill();
-                panic!("start {start}: the server did not listen");
+                fail(&mut child, "the server did not listen".into());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         // Serving (an answer comes only once the broker accepts): SIGTERM is a clean shutdown
         // from here on.
         let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        let _: ApiVersionsResponse = common::raw_call(
-            &mut s,
-            ApiKey::ApiVersions,
-            3,
-            &ApiVersionsRequest::default(),
-        );
+        let req = common::encode_request(ApiKey::ApiVersions, 3, 7, &ApiVersionsRequest::default());
+        common::write_frame(&mut s, &req).unwrap();
+        let frame = match common::read_frame(&mut s, Duration::from_secs(30)) {
+            common::Reply::Frame(f) => f,
+            other => fail(&mut child, format!("ApiVersions: {other:?}")),
+        };
+        let (corr, resp): (i32, ApiVersionsResponse) =
+            common::decode_response(ApiKey::ApiVersions, 3, frame);
+        assert_eq!((corr, resp.error_code), (7, 0));
         let props = std::fs::read_to_string(dir.path().join("strom-data/meta.properties")).unwrap();
         assert!(props.contains("node.id=1") && props.contains("cluster.id="));
         Command::new("kill")
