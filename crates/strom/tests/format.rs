@@ -245,7 +245,7 @@ fn a_fresh_default_data_dir_is_formatted_by_the_server() {
             .stderr(log)
             .spawn()
             .expect("spawn strom server");
-        let mut fail = |child: &mut std::process::Child, what: String| -> ! {
+        let fail = |child: &mut std::process::Child, what: String| -> ! {
             let status = child.try_wait().unwrap();
             let _ = child.kill();
             let _ = child.wait();
