@@ -11,7 +11,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use strom_protocol::frame;
 use strom_protocol::kafka::messages::{ApiKey, ApiVersionsRequest, RequestHeader};
 use strom_protocol::kafka::protocol::Decodable;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
@@ -257,13 +257,14 @@ pub async fn serve<D: Dispatch>(
     serve_stream(dispatch, stream, conn, stop).await
 }
 
-/// The connection loop, over any byte stream (a TLS stream can take the `TcpStream`'s place).
+/// The connection loop, over any byte stream (a TLS stream can take the `TcpStream`'s place;
+/// a plaintext socket sends fetched records with sendfile, see [`crate::response`]).
 /// One request at a time, as Kafka mutes a channel while its request is in flight: a frame is
 /// handled and its response written in full before the next frame is looked at, so however
 /// many requests a client pipelines, at most one response per connection is ever held, and
 /// that one holds its records as file ranges ([`crate::response`]). Bytes read ahead stay in
 /// the read buffer (one read chunk, or one frame of up to `socket.request.max.bytes`).
-pub async fn serve_stream<D: Dispatch, S: AsyncRead + AsyncWrite + Unpin>(
+pub async fn serve_stream<D: Dispatch, S: AsyncRead + response::ResponseSink>(
     dispatch: D,
     mut stream: S,
     mut conn: ConnectionInfo,

@@ -50,6 +50,27 @@ impl FileSlice {
         self.segment
             .read_into(at, buf, self.position + self.len as u64)
     }
+
+    /// Sends up to `count` of the slice's bytes from `offset` (relative to the slice's start)
+    /// to the socket `out` without copying them through user space (sendfile(2)); returns how
+    /// many went, `WouldBlock` when the socket has no room. `offset + count` must not pass
+    /// the slice's end. Check [`FileRecords::still_valid`] after each call, as after a read.
+    pub fn send_to(
+        &self,
+        out: std::os::fd::BorrowedFd<'_>,
+        offset: usize,
+        count: usize,
+    ) -> std::io::Result<usize> {
+        if offset + count > self.len {
+            return Err(std::io::Error::other(StorageError::CorruptRecord(format!(
+                "send of {count} bytes at {offset} past the end of a {}-byte slice",
+                self.len
+            ))));
+        }
+        let at = self.position + offset as u64;
+        self.segment
+            .send_into(out, at, count, self.position + self.len as u64)
+    }
 }
 
 /// Whole batches of one log, as ranges of its segment files, in log order.

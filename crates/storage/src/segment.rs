@@ -204,6 +204,42 @@ impl SegmentData {
         Ok(self.log.read_exact_at(buf, pos)?)
     }
 
+    /// Sends up to `count` bytes from `pos` (which with `count` must lie below `size`) to the
+    /// socket `out` with sendfile(2): page cache to socket in the kernel, as Kafka's
+    /// `FileRecords.writeTo` with `transferTo`. Returns the bytes sent, which may be fewer (a
+    /// non-blocking socket's room); `WouldBlock` when it has none. A file that ends early (it
+    /// was truncated under the range) is an error, never a silent short send.
+    pub(crate) fn send_into(
+        &self,
+        out: std::os::fd::BorrowedFd<'_>,
+        pos: u64,
+        count: usize,
+        size: u64,
+    ) -> std::io::Result<usize> {
+        if pos + count as u64 > size {
+            return Err(std::io::Error::other(corrupt(
+                &self.log.path(),
+                pos,
+                "send past the end of the segment",
+            )));
+        }
+        let file = self.log.file()?;
+        let mut at = pos;
+        loop {
+            match rustix::fs::sendfile(out, &*file, Some(&mut at), count) {
+                Ok(0) if count > 0 => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        StorageError::TruncatedDuringRead,
+                    ))
+                }
+                Ok(n) => return Ok(n),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
     /// Whether the batch at `pos` ends inside `size` and has `last_offset` as its last offset:
     /// the cheap check of an inactive segment's offset index at open. The log is read through a
     /// descriptor closed at once, so opening many logs does not fill the cache.

@@ -150,3 +150,76 @@ fn a_partition_without_records_passed_is_empty_not_null() {
         super::encode(ApiKey::Fetch, 12, 1, &filled).unwrap()
     );
 }
+
+/// The bytes a connection writes are the frame's bytes, whether the file ranges go with
+/// sendfile (a plaintext socket, here one whose client reads slowly, so sends stop part way
+/// and wait for room) or through the buffer (any other stream); ranges a truncation took back
+/// fail the write on both paths instead of going out.
+#[tokio::test]
+async fn sendfile_and_the_buffered_path_write_the_same_bytes() {
+    use tokio::io::AsyncReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, recs) = records(&dir);
+    let mut frame = crate::response::ResponseFrame::default();
+    frame.push_bytes(Bytes::from_static(b"head"));
+    for i in 0..10_000 {
+        frame.push_records(recs[i % recs.len()].clone());
+        frame.push_bytes(Bytes::from(vec![i as u8; i % 7]));
+    }
+    let want = frame.clone().into_bytes().unwrap();
+    assert!(want.len() > 2 << 20, "larger than a socket buffer: {}", want.len());
+    let stall = std::time::Duration::from_secs(30);
+
+    let mut buffered = Vec::new();
+    crate::response::write_response(&mut buffered, &frame, stall)
+        .await
+        .unwrap();
+    assert_eq!(Bytes::from(buffered), Bytes::from(want.clone()));
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let expected = want.len();
+    let reader = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 4096];
+        while got.len() < expected {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed after {} bytes", got.len());
+            got.extend_from_slice(&buf[..n]);
+            if got.len() % 64 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+        got
+    });
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    crate::response::write_response(&mut socket, &frame, stall)
+        .await
+        .unwrap();
+    assert_eq!(Bytes::from(reader.await.unwrap()), Bytes::from(want));
+
+    log.truncate_to(2).unwrap();
+    let mut socket = tokio::net::TcpStream::connect(addr_of_sink().await).await.unwrap();
+    assert!(crate::response::write_response(&mut socket, &frame, stall)
+        .await
+        .is_err());
+    assert!(
+        crate::response::write_response(&mut Vec::new(), &frame, stall)
+            .await
+            .is_err()
+    );
+}
+
+/// A listener that reads and drops everything it is sent.
+async fn addr_of_sink() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 65536];
+        while s.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+    });
+    addr
+}
