@@ -5,6 +5,10 @@
 //! other tasks to another thread first ([`tokio::task::block_in_place`]), so one slow disk
 //! stalls the requests that wait for that disk, not every connection of the broker.
 //!
+//! The hand-off has a cost (threads woken and parked per call: a quarter of a Java producer's
+//! throughput, `docs/PERFORMANCE.md` run 9), so Produce pays it only for the appends that may
+//! block (`Partition::append_may_block`); plain page-cache writes run in place.
+//!
 //! Back-pressure comes from the request pipeline: a connection has one request in flight and
 //! `queued.max.requests` bounds them across connections, so the threads blocked here are
 //! bounded too.

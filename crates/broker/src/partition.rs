@@ -592,6 +592,22 @@ impl Partition {
         ))
     }
 
+    /// Whether an append of `size` bytes to this leader now may block its thread: on the disk
+    /// (a roll, a new epoch's checkpoint, a flush: [`UnifiedLog::append_may_sync`]) or on a lock
+    /// another thread holds (an append elsewhere that is itself waiting on the disk, a
+    /// leadership change). The produce path runs such appends off the async workers
+    /// ([`crate::disk_io::blocking`]) and the others in place. Only a guess, taken without
+    /// waiting: a lock taken in between costs that append a wait, not a wrong result.
+    pub fn append_may_block(&self, size: usize, now_ms: i64) -> bool {
+        let Some(st) = self.state.try_read() else {
+            return true;
+        };
+        let Some(log) = st.log.try_lock() else {
+            return true;
+        };
+        st.role != Role::Leader || log.log.append_may_sync(size, st.leader_epoch, now_ms)
+    }
+
     /// [`Self::append_records_to_leader_with_txn_version`] with the guard of the KIP-890
     /// verification of a client's transactional batch.
     #[allow(clippy::too_many_arguments)]

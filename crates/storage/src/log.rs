@@ -610,6 +610,20 @@ impl UnifiedLog {
         Ok(())
     }
 
+    /// Whether a leader append of `size` bytes at `leader_epoch` now may wait on the disk for
+    /// more than a write to the page cache: a roll (new files, the producer-state snapshot's
+    /// fsync), a new epoch's checkpoint (fsynced), or a `flush.messages` flush. Conservative,
+    /// as the records are not looked at: `size` stands in for their count, and now for their
+    /// timestamps. The broker runs the appends that may wait off its async workers; the others
+    /// run in place, which saves the hand-off (a quarter of a Java producer's throughput).
+    pub fn append_may_sync(&self, size: usize, leader_epoch: i32, now_ms: i64) -> bool {
+        let last = self.log_end_offset.saturating_add(size as i64);
+        self.active()
+            .should_roll(&self.config, size, now_ms, last, now_ms)
+            || self.leader_epoch_cache.latest_epoch() != Some(leader_epoch)
+            || last - self.recovery_point >= self.config.flush_interval_messages
+    }
+
     /// Starts a new active segment at `base`. An empty active segment is replaced rather than
     /// left behind.
     fn roll_at(&mut self, base: i64, now_ms: i64) -> Result<(), StorageError> {

@@ -677,3 +677,40 @@ fn log_is_send_and_sync() {
 
 #[path = "log_producer_tests.rs"]
 mod producer;
+
+/// The guess the broker's produce path takes before an append: only the appends that would roll,
+/// start an epoch (checkpointed) or flush may wait on the disk; the rest are page-cache writes.
+#[test]
+fn append_may_sync_says_when_an_append_would_roll_checkpoint_or_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = batch(3);
+    let config = LogConfig {
+        segment_bytes: 4 * b.len() as u64,
+        ..LogConfig::default()
+    };
+    let mut log = open(dir.path(), config.clone());
+    // Epoch 3's first append writes the epoch checkpoint.
+    assert!(log.append_may_sync(b.len(), 3, T0));
+    append(&mut log, &b);
+    assert!(!log.append_may_sync(b.len(), 3, T0));
+    assert!(log.append_may_sync(b.len(), 4, T0), "a new epoch");
+    append(&mut log, &b);
+    append(&mut log, &b);
+    append(&mut log, &b);
+    assert!(log.append_may_sync(b.len(), 3, T0), "the segment is full: a roll");
+    assert!(
+        log.append_may_sync(1, 3, T0 + config.segment_ms + 1),
+        "segment.ms passed: a roll"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(
+        dir.path(),
+        LogConfig {
+            flush_interval_messages: 1,
+            ..LogConfig::default()
+        },
+    );
+    append(&mut log, &b);
+    assert!(log.append_may_sync(b.len(), 3, T0), "flush.messages=1 flushes");
+}
