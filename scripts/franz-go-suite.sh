@@ -150,8 +150,9 @@ start_strom() {
     base="$(free_base "$nodes")"
     for s in "${common_sets[@]}" "${sets[@]}"; do args+=(--set "$s"); done
     if (( nodes == 1 )); then
+        # The data dir does not exist yet: a fresh node formats it itself.
         mkdir -p "$dir/node-1"
-        "$bin" server --node-id 1 --listen "127.0.0.1:$base" --data-dir "$dir/node-1" "${args[@]}" \
+        "$bin" server --node-id 1 --listen "127.0.0.1:$base" --data-dir "$dir/node-1/data" "${args[@]}" \
             > "$dir/node-1/server.log" 2>&1 < /dev/null &
         pids+=($!)
         NODE_PIDS="1:$!"
