@@ -110,6 +110,10 @@ impl Broker {
 
 impl Drop for Broker {
     fn drop(&mut self) {
+        // Whether the broker was still running when the test ended (a CI run saw a broker's
+        // port refuse connections right after it started, with nothing in its log; its exit
+        // status says whether a signal ended it).
+        let exited = self.child.try_wait().ok().flatten();
         // A stopped process cannot be reaped until continued.
         let _ = Command::new("kill")
             .arg("-CONT")
@@ -118,7 +122,11 @@ impl Drop for Broker {
         let _ = self.child.kill();
         let _ = self.child.wait();
         if std::thread::panicking() {
-            eprintln!("--- broker log\n{}", self.log());
+            eprintln!(
+                "--- broker pid {} (exited before the end of the test: {exited:?}) log\n{}",
+                self.child.id(),
+                self.log()
+            );
         }
     }
 }
