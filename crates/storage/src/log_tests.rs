@@ -697,7 +697,10 @@ fn append_may_sync_says_when_an_append_would_roll_checkpoint_or_flush() {
     append(&mut log, &b);
     append(&mut log, &b);
     append(&mut log, &b);
-    assert!(log.append_may_sync(b.len(), 3, T0), "the segment is full: a roll");
+    assert!(
+        log.append_may_sync(b.len(), 3, T0),
+        "the segment is full: a roll"
+    );
     assert!(
         log.append_may_sync(1, 3, T0 + config.segment_ms + 1),
         "segment.ms passed: a roll"
@@ -712,5 +715,8 @@ fn append_may_sync_says_when_an_append_would_roll_checkpoint_or_flush() {
         },
     );
     append(&mut log, &b);
-    assert!(log.append_may_sync(b.len(), 3, T0), "flush.messages=1 flushes");
+    assert!(
+        log.append_may_sync(b.len(), 3, T0),
+        "flush.messages=1 flushes"
+    );
 }

@@ -167,7 +167,11 @@ async fn sendfile_and_the_buffered_path_write_the_same_bytes() {
         frame.push_bytes(Bytes::from(vec![i as u8; i % 7]));
     }
     let want = frame.clone().into_bytes().unwrap();
-    assert!(want.len() > 2 << 20, "larger than a socket buffer: {}", want.len());
+    assert!(
+        want.len() > 2 << 20,
+        "larger than a socket buffer: {}",
+        want.len()
+    );
     let stall = std::time::Duration::from_secs(30);
 
     let mut buffered = Vec::new();
@@ -200,7 +204,9 @@ async fn sendfile_and_the_buffered_path_write_the_same_bytes() {
     assert_eq!(Bytes::from(reader.await.unwrap()), Bytes::from(want));
 
     log.truncate_to(2).unwrap();
-    let mut socket = tokio::net::TcpStream::connect(addr_of_sink().await).await.unwrap();
+    let mut socket = tokio::net::TcpStream::connect(addr_of_sink().await)
+        .await
+        .unwrap();
     assert!(crate::response::write_response(&mut socket, &frame, stall)
         .await
         .is_err());

@@ -419,9 +419,7 @@ fn appends_may_block(broker: &Broker, req: &ProduceRequest) -> bool {
             broker
                 .replica_manager
                 .get_partition_or_error(&t.name.0, pd.index)
-                .is_ok_and(|p| {
-                    p.append_may_block(pd.records.as_ref().map_or(0, |r| r.len()), now)
-                })
+                .is_ok_and(|p| p.append_may_block(pd.records.as_ref().map_or(0, |r| r.len()), now))
         })
     })
 }

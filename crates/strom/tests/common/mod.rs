@@ -411,7 +411,10 @@ impl Drop for Broker {
     fn drop(&mut self) {
         // Whether the broker was still running when the test ended: CI runs saw a broker's
         // connections refused or closed right after it started, with nothing in its log.
-        let exited = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+        let exited = self
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten());
         self.kill();
         if std::thread::panicking() {
             eprintln!("broker exited before the end of the test: {exited:?}");
